@@ -1,0 +1,132 @@
+// Command swell is Swell's command-line tool. Each subcommand lives in its
+// own file and is listed in the commands table below; `swell help` lists
+// them.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"golang.org/x/term"
+)
+
+// streams is where a command writes.
+type streams struct {
+	stdout, stderr io.Writer
+	// stderrTTY is set when stderr is a terminal, so progress can be
+	// rewritten in place.
+	stderrTTY bool
+}
+
+// command is one subcommand. run gets the arguments after the command's
+// name and returns the process's exit code: 0 success, 1 failure, 2 a usage
+// error (a bad flag, value or combination).
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, s streams) int
+}
+
+// commands lists the subcommands in the order `swell help` shows them. To
+// add one, write its run function in its own file and add a line here.
+var commands = []command{
+	{name: "load", summary: "send HTTP load: a fixed rate, a trace replay or a closed loop", run: runLoad},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal asks the command to wrap up; restoring the
+		// default handlers lets a second one end the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	s := streams{stdout: os.Stdout, stderr: os.Stderr, stderrTTY: term.IsTerminal(int(os.Stderr.Fd()))}
+	os.Exit(dispatch(ctx, os.Args[1:], s))
+}
+
+// dispatch runs the command args name and returns the exit code.
+func dispatch(ctx context.Context, args []string, s streams) int {
+	if len(args) == 0 {
+		usage(s.stderr)
+		return 2
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 {
+			if c, ok := lookup(args[1]); ok {
+				return c.run(ctx, []string{"--help"}, s)
+			}
+			fmt.Fprintf(s.stderr, "swell help: unknown command %q; commands are %s\n", args[1], names())
+			return 2
+		}
+		usage(s.stdout)
+		return 0
+	}
+	c, ok := lookup(name)
+	if !ok {
+		fmt.Fprintf(s.stderr, "swell: unknown command %q; commands are %s (see swell help)\n", name, names())
+		return 2
+	}
+	return c.run(ctx, args[1:], s)
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func names() string {
+	n := make([]string, len(commands))
+	for i, c := range commands {
+		n[i] = c.name
+	}
+	return strings.Join(n, ", ")
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: swell COMMAND [flags] [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	width := 0
+	for _, c := range commands {
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'swell help COMMAND' (or 'swell COMMAND --help') for a command's flags.")
+}
+
+// printFlags lists fs's flags the way the help text names them: --long, -H.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		typ, usage := flag.UnquoteUsage(f)
+		if typ != "" {
+			typ = " " + typ
+		}
+		def := ""
+		switch f.DefValue {
+		case "", "0", "0s", "false", "[]":
+		default:
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  %s%s%s\n        %s%s\n", dash, f.Name, typ, usage, def)
+	})
+}

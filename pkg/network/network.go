@@ -1,0 +1,94 @@
+// Package network defines the headers, paths and default ports through which
+// Swell's components and their clients talk to each other, in one place.
+package network
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Headers Swell sets or reads. Canonical MIME form, so map lookups on
+// http.Header need no canonicalisation.
+const (
+	// ProxyHeader is set by the activator on every request it forwards to a
+	// pod (value ProxyActivator). The queue-proxy counts such requests
+	// separately, so the autoscaler can subtract what the activator already
+	// reported and never count a request twice.
+	ProxyHeader = "Swell-Proxy"
+	// ProxyActivator is ProxyHeader's value on requests from the activator.
+	ProxyActivator = "activator"
+
+	// ProbeHeader marks a request as a probe of the data plane rather than
+	// traffic. A request carrying ProbeHeader: ProbeQueue is answered by the
+	// queue-proxy itself (after checking the user container) and never
+	// reaches the app. The answer carries ProbeHeader: ProbeQueue too, so the
+	// prober knows a queue-proxy answered, not something else on the port.
+	ProbeHeader = "Swell-Probe"
+	// ProbeQueue is ProbeHeader's value for a probe of the queue-proxy.
+	ProbeQueue = "queue"
+
+	// KubeletProbeHeader is set by Kubernetes' kubelet on HTTP probes it
+	// sends when the probe is configured with it; kubelet's own User-Agent
+	// prefix (KubeletProbeUserAgentPrefix) identifies the rest.
+	KubeletProbeHeader = "K-Kubelet-Probe"
+	// KubeletProbeUserAgentPrefix starts the User-Agent of kubelet probes.
+	KubeletProbeUserAgentPrefix = "kube-probe/"
+
+	// ReasonHeader is set on every response Swell itself generates instead of
+	// the app (503 queue full, 504 timeout, 502 app unreachable...), with a
+	// short machine-readable reason such as "queue-full".
+	ReasonHeader = "Swell-Reason"
+
+	// ServiceHeader names the service a request is for, as
+	// "namespace/name", overriding routing by Host at the activator.
+	ServiceHeader = "Swell-Service"
+)
+
+// Reasons carried in ReasonHeader.
+const (
+	ReasonQueueFull       = "queue-full"
+	ReasonRequestTimeout  = "request-timeout"
+	ReasonResponseTimeout = "response-start-timeout"
+	ReasonIdleTimeout     = "stream-idle-timeout"
+	ReasonAppUnreachable  = "app-unreachable"
+	ReasonNotReady        = "not-ready"
+	ReasonDraining        = "draining"
+)
+
+// Default ports of the queue-proxy (the same numbers as Knative's, so
+// dashboards and habits carry over).
+const (
+	DefaultQueueServingPort = 8012
+	DefaultQueueMetricsPort = 9090
+	DefaultQueueAdminPort   = 8022
+	DefaultUserPort         = 8080
+)
+
+// Paths served by the queue-proxy.
+const (
+	// StatsPath on the metrics port serves the latest stats report (see
+	// docs/stats.md) for the autoscaler to scrape.
+	StatsPath = "/stats"
+	// MetricsPath on the metrics port serves Prometheus metrics.
+	MetricsPath = "/metrics"
+	// ReadyPath on the admin port answers 200 while the pod should receive
+	// traffic; it is what the pod's readinessProbe calls.
+	ReadyPath = "/ready"
+	// DrainPath on the admin port starts a drain and returns once the
+	// queue-proxy has drained; it is what a preStop hook calls.
+	DrainPath = "/drain"
+)
+
+// IsProbe reports whether r is a probe (from the activator, the kubelet or
+// another Swell component) rather than traffic.
+func IsProbe(r *http.Request) bool {
+	if r.Header.Get(ProbeHeader) != "" || r.Header.Get(KubeletProbeHeader) != "" {
+		return true
+	}
+	return strings.HasPrefix(r.Header.Get("User-Agent"), KubeletProbeUserAgentPrefix)
+}
+
+// IsFromActivator reports whether r was forwarded by the activator.
+func IsFromActivator(r *http.Request) bool {
+	return r.Header.Get(ProxyHeader) == ProxyActivator
+}

@@ -1,0 +1,225 @@
+// Package proctest builds Swell's binaries and runs them as real processes
+// for end-to-end tests: free loopback ports, captured output, readiness
+// waits bounded by a deadline, and no process left behind.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu  sync.Mutex
+	buildDir string
+	built    = map[string]string{}
+)
+
+// Build compiles the main package at pkg (an import path such as
+// "github.com/swell-run/swell/cmd/queue-proxy") once per test binary and
+// returns the executable's path. The race detector is enabled when the test
+// binary itself was built with it, so end-to-end runs catch races too.
+func Build(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "swell-e2e-bin-")
+		if err != nil {
+			t.Fatalf("temp dir: %v", err)
+		}
+		buildDir = d
+	}
+	out := filepath.Join(buildDir, filepath.Base(pkg))
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, pkg)
+	cmd := exec.Command("go", args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, stderr.String())
+	}
+	built[pkg] = out
+	return out
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Process is a running child process whose output is kept for the test log.
+type Process struct {
+	Name string
+	Cmd  *exec.Cmd
+
+	out    *syncBuffer
+	done   chan struct{}
+	waitMu sync.Mutex
+	err    error
+}
+
+// Start runs bin with args and the given extra environment (KEY=VALUE),
+// and stops it (SIGKILL) when the test ends if it is still running. Its
+// output is printed to the test log if the test fails.
+func Start(t testing.TB, name, bin string, env []string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	// Own process group, so a test can signal the process alone and the
+	// kernel kills it with the test binary if that dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	p := &Process{Name: name, Cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout = p.out
+	cmd.Stderr = p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		err := cmd.Wait()
+		p.waitMu.Lock()
+		p.err = err
+		p.waitMu.Unlock()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- output of %s ---\n%s", name, p.Output())
+		}
+	})
+	return p
+}
+
+// Output returns everything the process wrote so far.
+func (p *Process) Output() string { return p.out.String() }
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig os.Signal) error { return p.Cmd.Process.Signal(sig) }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits up to timeout for the process to exit; exited says whether it
+// did, err is its exit error (nil for status 0).
+func (p *Process) Wait(timeout time.Duration) (exited bool, err error) {
+	select {
+	case <-p.done:
+		p.waitMu.Lock()
+		defer p.waitMu.Unlock()
+		return true, p.err
+	case <-time.After(timeout):
+		return false, nil
+	}
+}
+
+// ExitCode returns the exit code of an exited process, or -1.
+func (p *Process) ExitCode() int {
+	select {
+	case <-p.done:
+		return p.Cmd.ProcessState.ExitCode()
+	default:
+		return -1
+	}
+}
+
+// WaitHTTP polls url until it answers with status want, the process exits,
+// or timeout passes. Polling is the only way to learn when another process
+// is ready; the deadline keeps a broken build from hanging the suite.
+func (p *Process) WaitHTTP(t testing.TB, url string, want int, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("%s exited while waiting for %s: %v\n%s", p.Name, url, p.err, p.Output())
+		case <-ctx.Done():
+			t.Fatalf("%s: %s did not answer %d within %v (last: %s)\n%s", p.Name, url, want, timeout, last, p.Output())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Eventually polls cond every few milliseconds until it returns true or
+// timeout passes, then fails the test with msg. For state owned by another
+// process, which a test cannot be notified of.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Addr formats a loopback host:port.
+func Addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
+
+// Env formats KEY=VALUE pairs from alternating arguments.
+func Env(kv ...string) []string {
+	var out []string
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, kv[i]+"="+kv[i+1])
+	}
+	return out
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Clone(b.buf.String())
+}

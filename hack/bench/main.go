@@ -1,0 +1,223 @@
+// Command bench is Swell's benchmark harness: it builds the binaries, runs
+// them as real processes on loopback, drives them with `swell load` and
+// prints a markdown report. Every figure that judges a component is a
+// ratio or a difference to a baseline measured in the same run, interleaved
+// with it, so that a busy machine slows both alike. docs/performance.md
+// explains the figures and holds the latest results.
+//
+//	go run ./hack/bench                          # every scenario, ~3½ minutes
+//	go run ./hack/bench -quick                   # a ~30 s smoke run
+//	go run ./hack/bench -scenario queue-proxy -o report.md -profile /tmp/prof
+//	go run ./hack/bench -gobench                 # add the Go micro-benchmarks
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Main packages the scenarios build, by import path so that the harness
+// runs from anywhere in the module.
+const (
+	helloPkg = "github.com/swell-run/swell/examples/hello"
+	qpPkg    = "github.com/swell-run/swell/cmd/queue-proxy"
+	swellPkg = "github.com/swell-run/swell/cmd/swell"
+)
+
+// goBenchPkgs hold the micro-benchmarks of the hot paths that -gobench runs.
+var goBenchPkgs = []string{
+	"github.com/swell-run/swell/queueproxy",
+	"github.com/swell-run/swell/pkg/breaker",
+	"github.com/swell-run/swell/pkg/stats",
+}
+
+// scenario is one named benchmark. run measures and returns the report's
+// sections for it.
+type scenario struct {
+	name  string
+	about string
+	run   func(*env) ([]section, error)
+}
+
+var scenarios = []scenario{
+	{"queue-proxy", "the app directly vs through the queue-proxy: throughput, latency, CPU, memory", queueProxyScenario},
+}
+
+// options are the command line's settings shared by all scenarios.
+type options struct {
+	quick bool
+	// reps is how many times each measurement runs on each path; the
+	// report shows medians.
+	reps int
+	// duration is the length of one measured load run.
+	duration time.Duration
+	// containerConcurrency configures the queue-proxy under test.
+	containerConcurrency int
+	// profileDir, when set, receives CPU profiles of the components.
+	profileDir string
+}
+
+// env is what a scenario runs with.
+type env struct {
+	opts options
+	// work holds the binaries and the children's logs.
+	work string
+	bins map[string]string
+}
+
+// build returns the binaries of the main packages pkgs, building those not
+// built yet.
+func (e *env) build(pkgs ...string) (map[string]string, error) {
+	var missing []string
+	for _, p := range pkgs {
+		if _, ok := e.bins[p]; !ok {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		logf("building %s", strings.Join(missing, " "))
+		bins, err := buildAll(e.work, missing...)
+		if err != nil {
+			return nil, err
+		}
+		for p, b := range bins {
+			e.bins[p] = b
+		}
+	}
+	return e.bins, nil
+}
+
+// logf writes a progress line to stderr; the report goes to stdout.
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	began, loadBefore := time.Now(), loadAverage()
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var (
+		o        options
+		which    = fs.String("scenario", "all", "comma-separated `names` of the scenarios to run, or all: "+scenarioNames())
+		out      = fs.String("o", "", "also write the report to this `file`")
+		goBench  = fs.Bool("gobench", false, "also run the Go benchmarks of "+strings.Join(goBenchPkgs, " "))
+		duration = fs.Duration("duration", 0, "length of one measured load run (default 10s, 3s with -quick)")
+		reps     = fs.Int("reps", 0, "times each measurement runs on each path; the report shows medians (default 3, 1 with -quick)")
+	)
+	fs.BoolVar(&o.quick, "quick", false, "a short smoke run (~30 s) instead of the full one (~4 min)")
+	fs.IntVar(&o.containerConcurrency, "container-concurrency", 0, "CONTAINER_CONCURRENCY of the queue-proxy under test (0: unlimited)")
+	fs.StringVar(&o.profileDir, "profile", "", "capture CPU profiles of the queue-proxy into this `directory`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	o.reps, o.duration = 3, 10*time.Second
+	if o.quick {
+		o.reps, o.duration = 1, 3*time.Second
+	}
+	if *reps > 0 {
+		o.reps = *reps
+	}
+	if *duration > 0 {
+		o.duration = *duration
+	}
+	selected, err := selectScenarios(*which)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -scenario: %v\n", err)
+		return 2
+	}
+
+	work, err := os.MkdirTemp("", "swell-bench-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	e := &env{opts: o, work: work, bins: map[string]string{}}
+	var sections []section
+	failed := false
+	for _, s := range selected {
+		logf("scenario %s: %s", s.name, s.about)
+		secs, err := s.run(e)
+		if err != nil {
+			logf("scenario %s failed: %v", s.name, err)
+			secs = append(secs, section{title: s.name, text: fmt.Sprintf("Failed: %v", err)})
+			failed = true
+		}
+		sections = append(sections, secs...)
+	}
+	if *goBench {
+		logf("go benchmarks")
+		sections = append(sections, goBenchmarks(o.quick))
+	}
+
+	var report bytes.Buffer
+	writeReport(&report, "go run ./hack/bench "+strings.Join(args, " "), began, loadBefore, sections)
+	os.Stdout.Write(report.Bytes())
+	if *out != "" {
+		if err := os.WriteFile(*out, report.Bytes(), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	if failed {
+		// The children's logs explain a failure; keep them.
+		logf("logs kept in %s", work)
+		return 1
+	}
+	os.RemoveAll(work)
+	return 0
+}
+
+func scenarioNames() string {
+	names := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		names[i] = s.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func selectScenarios(which string) ([]scenario, error) {
+	if which == "all" {
+		return scenarios, nil
+	}
+	var sel []scenario
+	for name := range strings.SplitSeq(which, ",") {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q: accepted are all or %s", name, scenarioNames())
+		}
+		sel = append(sel, scenarios[i])
+	}
+	return sel, nil
+}
+
+// goBenchmarks runs the Go benchmarks of goBenchPkgs and returns their
+// output as a section.
+func goBenchmarks(quick bool) section {
+	args := []string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "1"}
+	if quick {
+		args = append(args, "-benchtime", "100ms")
+	}
+	args = append(args, goBenchPkgs...)
+	cmd := exec.Command("go", args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	s := section{title: "Go benchmarks", text: "`go " + strings.Join(args, " ") + "`"}
+	if err := cmd.Run(); err != nil {
+		s.notes = append(s.notes, fmt.Sprintf("go test failed: %v", err))
+	}
+	s.code = out.String()
+	return s
+}

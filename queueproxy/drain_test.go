@@ -1,0 +1,173 @@
+package queueproxy
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	testclock "k8s.io/utils/clock/testing"
+)
+
+func TestDrainState(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type obs struct {
+		at       time.Duration
+		inFlight int64
+		arrivals uint64
+		end      bool
+		timedOut bool
+	}
+	for _, tc := range []struct {
+		name         string
+		quiet, limit time.Duration
+		obs          []obs
+	}{
+		{"idle pod waits the quiet period", 5 * time.Second, 30 * time.Second, []obs{
+			{at: 4900 * time.Millisecond},
+			{at: 5 * time.Second, end: true},
+		}},
+		{"in-flight request holds the drain", 5 * time.Second, 30 * time.Second, []obs{
+			{at: 5 * time.Second, inFlight: 1},
+			{at: 9 * time.Second, inFlight: 1},
+			{at: 10 * time.Second},            // ended between looks: quiet from the last busy look
+			{at: 13900 * time.Millisecond},    // 4.9s quiet
+			{at: 14 * time.Second, end: true}, // 5s quiet
+		}},
+		{"a request that came and went restarts the quiet period", 5 * time.Second, 30 * time.Second, []obs{
+			{at: 3 * time.Second, arrivals: 1},
+			{at: 7 * time.Second, arrivals: 1},
+			{at: 8 * time.Second, arrivals: 1, end: true},
+		}},
+		{"steady traffic runs to the timeout", 5 * time.Second, 30 * time.Second, []obs{
+			{at: 10 * time.Second, inFlight: 3, arrivals: 100},
+			{at: 29 * time.Second, inFlight: 2, arrivals: 200},
+			{at: 30 * time.Second, inFlight: 2, arrivals: 300, end: true, timedOut: true},
+		}},
+		{"zero quiet period ends once nothing is in flight", 0, 30 * time.Second, []obs{
+			{at: 0, inFlight: 1},
+			{at: time.Millisecond, arrivals: 1, end: true},
+		}},
+	} {
+		s := newDrainState(t0, tc.quiet, tc.limit, 0)
+		for _, o := range tc.obs {
+			end, timedOut := s.observe(at(o.at), o.inFlight, o.arrivals)
+			if end != o.end || timedOut != o.timedOut {
+				t.Errorf("%s: at %v: end=%v timedOut=%v, want %v %v", tc.name, o.at, end, timedOut, o.end, o.timedOut)
+			}
+			if end {
+				break
+			}
+		}
+	}
+}
+
+func TestDrainer(t *testing.T) {
+	const quiet = time.Second
+	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	d := newDrainer(fc, quiet, 10*time.Second)
+	polled := make(chan struct{})
+	d.polled = func() { polled <- struct{}{} }
+	step := func(by time.Duration) {
+		t.Helper()
+		fc.Step(by)
+		<-polled
+	}
+	done := func() bool {
+		select {
+		case <-d.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	h := &tracked{d: d, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	})}
+	serve := func() chan struct{} {
+		ended := make(chan struct{})
+		go func() {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+			close(ended)
+		}()
+		<-entered
+		return ended
+	}
+
+	if d.Draining() {
+		t.Fatal("draining before Start")
+	}
+	inFlight := serve()
+	d.Start()
+	d.Start() // idempotent
+	if !d.Draining() {
+		t.Fatal("not draining after Start")
+	}
+	poll := pollPeriod(quiet)
+	for elapsed := time.Duration(0); elapsed < 3*quiet; elapsed += poll {
+		step(poll)
+	}
+	if done() {
+		t.Fatal("drain ended with a request in flight")
+	}
+	release <- struct{}{}
+	<-inFlight
+
+	// A request arriving during the drain is served and restarts the quiet period.
+	step(quiet / 2)
+	late := serve()
+	release <- struct{}{}
+	<-late
+	step(poll) // the drain sees it here
+	for quietFor := poll; quietFor < quiet; quietFor += poll {
+		step(poll)
+		if done() {
+			t.Fatalf("drain ended %v after it last saw a request, before the quiet period", quietFor)
+		}
+	}
+	step(poll)
+	if !done() {
+		t.Fatal("drain still running a quiet period after the last request")
+	}
+	if d.TimedOut() {
+		t.Error("drain reported a timeout, want a quiet end")
+	}
+}
+
+func TestDrainerTimeout(t *testing.T) {
+	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	d := newDrainer(fc, time.Second, 5*time.Second)
+	polled := make(chan struct{})
+	d.polled = func() { polled <- struct{}{} }
+	d.inFlight.Add(1) // a request that never ends
+	d.Start()
+	for range 49 {
+		fc.Step(100 * time.Millisecond)
+		<-polled
+	}
+	select {
+	case <-d.Done():
+		t.Fatal("ended before the timeout")
+	default:
+	}
+	fc.Step(100 * time.Millisecond)
+	<-polled
+	<-d.Done()
+	if !d.TimedOut() {
+		t.Error("TimedOut = false at the drain timeout")
+	}
+}
+
+func TestDrainerIdleWithZeroQuiet(t *testing.T) {
+	d := newDrainer(testclock.NewFakeClock(time.Unix(0, 0)), 0, time.Second)
+	d.Start()
+	select {
+	case <-d.Done():
+	default:
+		t.Fatal("nothing in flight and no quiet period: the drain should end at once")
+	}
+}

@@ -1,0 +1,166 @@
+package queueproxy
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// statusClasses are the values of the status_class label, indexed by
+// status/100; "none" counts requests that ended without a response (the
+// client left first).
+var statusClasses = [...]string{"none", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// rejectReasons are the values of the reason label: the responses the
+// queue-proxy generates instead of the app.
+var rejectReasons = [...]string{
+	network.ReasonQueueFull,
+	network.ReasonRequestTimeout,
+	network.ReasonResponseTimeout,
+	network.ReasonIdleTimeout,
+	network.ReasonAppUnreachable,
+}
+
+// metrics holds the queue-proxy's Prometheus metrics, in a registry of its
+// own so that nothing else in the process can add to or collide with them.
+// Every per-request series is resolved once here; the request path only
+// increments.
+type metrics struct {
+	registry *prometheus.Registry
+	clock    clock.PassiveClock
+
+	requests [len(statusClasses)]prometheus.Counter
+	rejected map[string]prometheus.Counter // read-only after construction
+	duration prometheus.Histogram
+}
+
+// newMetrics registers the metrics. inFlight and queued are read at scrape
+// time, which costs nothing per request.
+func newMetrics(clk clock.PassiveClock, inFlight, queued func() float64) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		clock:    clk,
+		rejected: make(map[string]prometheus.Counter, len(rejectReasons)),
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "swell_queue_requests_total",
+		Help: "Requests handled, probes excluded, by class of the final status (none: the client left before a response).",
+	}, []string{"status_class"})
+	for i, c := range statusClasses {
+		m.requests[i] = requests.WithLabelValues(c)
+	}
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "swell_queue_rejected_requests_total",
+		Help: "Responses the queue-proxy generated instead of the app, by reason.",
+	}, []string{"reason"})
+	for _, r := range rejectReasons {
+		m.rejected[r] = rejected.WithLabelValues(r)
+	}
+	m.duration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "swell_queue_request_duration_seconds",
+		Help:    "Time from a request's arrival at the queue-proxy to the end of its response, queueing included.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	m.registry.MustRegister(
+		requests, rejected, m.duration,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swell_queue_in_flight_requests",
+			Help: "Requests held by the queue-proxy now, queued or at the app.",
+		}, inFlight),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swell_queue_queued_requests",
+			Help: "Requests waiting for the app now (always 0 without CONTAINER_CONCURRENCY).",
+		}, queued),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// handler serves the registry in the Prometheus exposition format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// counting records in metrics every request it passes to next.
+type counting struct {
+	next    http.Handler
+	metrics *metrics
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m := c.metrics
+	start := m.clock.Now()
+	rec := &statusRecorder{ResponseWriter: w}
+	defer func() { m.observe(rec, m.clock.Since(start)) }()
+	c.next.ServeHTTP(rec, r)
+}
+
+func (m *metrics) observe(rec *statusRecorder, d time.Duration) {
+	class := rec.status / 100
+	if class >= len(m.requests) {
+		class = len(m.requests) - 1 // nonstandard 6xx and up: lump with 5xx
+	}
+	m.requests[class].Inc()
+	m.duration.Observe(d.Seconds())
+	if rec.status >= 500 {
+		if v := rec.Header()[network.ReasonHeader]; len(v) == 1 {
+			if c, ok := m.rejected[v[0]]; ok {
+				c.Inc()
+			}
+		}
+	}
+}
+
+// statusRecorder remembers the final status written through it. It keeps
+// http.Flusher and http.Hijacker (a hijacked connection counts as 101) and
+// Unwrap for http.ResponseController.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if code >= 200 && r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher.
+func (r *statusRecorder) Flush() { _ = r.FlushError() }
+
+// FlushError is what http.ResponseController.Flush calls.
+func (r *statusRecorder) FlushError() error {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return http.NewResponseController(r.ResponseWriter).Flush()
+}
+
+// Hijack implements http.Hijacker.
+func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
+	if err == nil && r.status == 0 {
+		r.status = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

@@ -1,0 +1,302 @@
+// Package queueproxy is the sidecar in front of the user container of every
+// pod: it proxies traffic to the app, admits at most CONTAINER_CONCURRENCY
+// requests to it at once, measures load for the autoscaler, probes the app
+// and drains gracefully. docs/queue-proxy.md describes its behaviour and
+// configuration.
+package queueproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/breaker"
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// Clock is the time source the queue-proxy needs: clock.RealClock{} in a
+// binary, a fake clock in tests.
+type Clock = clock.WithTickerAndDelayedExecution
+
+// Server settings for the three ports.
+const (
+	// readHeaderTimeout bounds how long a client may take to send request
+	// headers, so idle or malicious connections cannot hold goroutines.
+	readHeaderTimeout = time.Minute
+	// clientIdleTimeout closes idle client connections. It is longer than
+	// the idle timeouts of the proxies in front (Go's 90s, the activator's)
+	// so that they, not we, close an idle connection: a connection closed
+	// by the server as the client reuses it fails the request on it.
+	clientIdleTimeout = 10 * time.Minute
+)
+
+// QueueProxy is one queue-proxy: the serving chain and the servers of its
+// three ports.
+type QueueProxy struct {
+	cfg   Config
+	log   *zap.Logger
+	clock Clock
+
+	tracker  *stats.Tracker
+	breaker  *breaker.Breaker // nil when ContainerConcurrency is 0
+	prober   *prober
+	drainer  *drainer
+	reporter *reporter
+	metrics  *metrics
+
+	handler                    http.Handler
+	serving, admin, metricsSrv *http.Server
+	drainOnce                  sync.Once
+}
+
+// New builds a queue-proxy from a valid configuration. It starts nothing:
+// see Run and Serve.
+func New(cfg Config, log *zap.Logger, clk Clock) (*QueueProxy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := clk.Now()
+	q := &QueueProxy{
+		cfg:     cfg,
+		log:     log,
+		clock:   clk,
+		tracker: stats.NewTracker(now),
+		prober:  newProber(cfg.UserPort, cfg.ProbePath, cfg.ProbePeriod, cfg.ProbeTimeout, cfg.ProbeFailureThreshold, clk, log),
+		drainer: newDrainer(clk, cfg.DrainQuietPeriod, cfg.DrainTimeout),
+	}
+	q.reporter = newReporter(q.tracker, clk, now)
+	if cfg.ContainerConcurrency > 0 {
+		b, err := breaker.New(breaker.Params{Capacity: cfg.ContainerConcurrency, QueueDepth: cfg.queueDepth()})
+		if err != nil {
+			return nil, fmt.Errorf("admission: %w", err)
+		}
+		q.breaker = b
+	}
+	queued := func() float64 { return 0 }
+	if q.breaker != nil {
+		queued = func() float64 { return float64(q.breaker.Waiting()) }
+	}
+	q.metrics = newMetrics(clk, func() float64 { return float64(q.tracker.InFlight()) }, queued)
+
+	q.handler = q.buildHandler()
+	q.serving = q.newServer(q.handler)
+	// The serving port speaks HTTP/2 without TLS too, with prior knowledge,
+	// so gRPC clients and the activator can use it.
+	q.serving.Protocols = new(http.Protocols)
+	q.serving.Protocols.SetHTTP1(true)
+	q.serving.Protocols.SetUnencryptedHTTP2(true)
+	q.admin = q.newServer(q.adminHandler())
+	q.metricsSrv = q.newServer(q.metricsHandler())
+	return q, nil
+}
+
+func (q *QueueProxy) newServer(h http.Handler) *http.Server {
+	errLog, _ := zap.NewStdLogAt(q.log, zap.WarnLevel)
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       clientIdleTimeout,
+		ErrorLog:          errLog,
+	}
+}
+
+// Handler returns the serving chain, as served on the serving port.
+func (q *QueueProxy) Handler() http.Handler { return q.handler }
+
+func (q *QueueProxy) buildHandler() http.Handler {
+	var bounded, admit func(http.Handler) http.Handler
+	t := timeouts{Request: q.cfg.RequestTimeout, ResponseStart: q.cfg.ResponseStartTimeout, StreamIdle: q.cfg.StreamIdleTimeout}
+	if t.enabled() {
+		bounded = func(next http.Handler) http.Handler { return newTimeoutHandler(next, t, q.clock) }
+	}
+	if q.breaker != nil {
+		admit = func(next http.Handler) http.Handler { return &admission{next: next, breaker: q.breaker} }
+	}
+	// Outermost first: each stage sees only what the ones above let through.
+	return chain(newProxy(q.cfg.UserPort, q.log),
+		// Probes are answered here and are not traffic.
+		func(next http.Handler) http.Handler {
+			return &probeHandler{next: next, prober: q.prober, draining: q.drainer.Draining}
+		},
+		// A drain waits until nothing has passed here for a while.
+		func(next http.Handler) http.Handler { return &tracked{next: next, d: q.drainer} },
+		// Prometheus sees every final status, the 503s and 504s below included.
+		func(next http.Handler) http.Handler { return &counting{next: next, metrics: q.metrics} },
+		// The autoscaler's load: time in the queue counts.
+		func(next http.Handler) http.Handler {
+			return &accounting{next: next, tracker: q.tracker, clock: q.clock}
+		},
+		// Timeouts cover the wait in the queue too (absent when all are 0).
+		bounded,
+		// At most CONTAINER_CONCURRENCY at the app (absent when unlimited).
+		admit,
+	)
+}
+
+// chain wraps last in stages, the first stage outermost. Nil stages are
+// skipped.
+func chain(last http.Handler, stages ...func(http.Handler) http.Handler) http.Handler {
+	h := last
+	for i := len(stages) - 1; i >= 0; i-- {
+		if stages[i] != nil {
+			h = stages[i](h)
+		}
+	}
+	return h
+}
+
+// adminHandler serves readiness and drain.
+func (q *QueueProxy) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+network.ReadyPath, q.serveReady)
+	mux.HandleFunc("GET "+network.DrainPath, q.serveDrain)
+	mux.HandleFunc("POST "+network.DrainPath, q.serveDrain)
+	return mux
+}
+
+// serveReady answers 200 while the app is ready and no drain has started.
+func (q *QueueProxy) serveReady(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case q.drainer.Draining():
+		reject(w, http.StatusServiceUnavailable, network.ReasonDraining)
+	case !q.prober.Ready():
+		reject(w, http.StatusServiceUnavailable, network.ReasonNotReady)
+	default:
+		w.Header()["Content-Type"] = plainText
+		w.Write([]byte("ready\n"))
+	}
+}
+
+// serveDrain starts a drain and answers once it has ended.
+func (q *QueueProxy) serveDrain(w http.ResponseWriter, r *http.Request) {
+	q.StartDrain()
+	if err := q.drainer.Wait(r.Context()); err != nil {
+		return // the caller gave up; the drain goes on
+	}
+	w.Header()["Content-Type"] = plainText
+	w.Write([]byte("drained\n"))
+}
+
+// metricsHandler serves Prometheus metrics and the stats report.
+func (q *QueueProxy) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+network.MetricsPath, q.metrics.handler())
+	mux.Handle("GET "+network.StatsPath, q.reporter)
+	return mux
+}
+
+// StartDrain starts a graceful drain (see drainer): readiness turns false
+// at once and the servers stop once the drain ends. It returns at once;
+// calling it again does nothing.
+func (q *QueueProxy) StartDrain() {
+	q.drainOnce.Do(func() {
+		q.log.Info("draining", zap.Duration("quietPeriod", q.cfg.DrainQuietPeriod), zap.Duration("timeout", q.cfg.DrainTimeout))
+		// Clients should reconnect, likely elsewhere, rather than keep
+		// sending on connections to a pod that is going away.
+		q.serving.SetKeepAlivesEnabled(false)
+		q.drainer.Start()
+	})
+}
+
+// Drain starts a drain if none has started and waits until it ends or ctx
+// does.
+func (q *QueueProxy) Drain(ctx context.Context) error {
+	q.StartDrain()
+	return q.drainer.Wait(ctx)
+}
+
+// Run listens on the configured ports and serves; see Serve.
+func (q *QueueProxy) Run(ctx context.Context) error {
+	var lc net.ListenConfig
+	var ls []net.Listener
+	for _, port := range []int{q.cfg.ServingPort, q.cfg.AdminPort, q.cfg.MetricsPort} {
+		l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+		if err != nil {
+			for _, l := range ls {
+				l.Close()
+			}
+			return fmt.Errorf("listen: %w", err)
+		}
+		ls = append(ls, l)
+	}
+	return q.Serve(ctx, ls[0], ls[1], ls[2])
+}
+
+// Serve serves the serving, admin and metrics ports on the given listeners
+// and runs the prober and the stats reporter. It returns nil once a drain
+// has ended and the servers have shut down: in-flight requests may finish,
+// for at most RequestTimeout (without one, for as long as they take). It
+// returns an error at once if a server fails, and ctx.Err() after closing
+// everything at once if ctx ends first.
+func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	wg.Go(func() { q.prober.run(ctx) })
+	ticker := q.clock.NewTicker(ReportingPeriod)
+	wg.Go(func() { q.reporter.run(ctx, ticker) })
+
+	servers := []*http.Server{q.serving, q.admin, q.metricsSrv}
+	errc := make(chan error, len(servers))
+	for i, l := range []net.Listener{serving, admin, metrics} {
+		srv := servers[i]
+		go func() {
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("serve %s: %w", l.Addr(), err)
+			}
+		}()
+	}
+	q.log.Info("queue-proxy started",
+		zap.Stringer("serving", serving.Addr()), zap.Stringer("admin", admin.Addr()),
+		zap.Stringer("metrics", metrics.Addr()), zap.Int("userPort", q.cfg.UserPort),
+		zap.Int("containerConcurrency", q.cfg.ContainerConcurrency), zap.Int("queueDepth", q.cfg.queueDepth()))
+
+	closeAll := func() {
+		for _, s := range servers {
+			s.Close()
+		}
+	}
+	select {
+	case <-ctx.Done():
+		closeAll()
+		return ctx.Err()
+	case err := <-errc:
+		closeAll()
+		return err
+	case <-q.drainer.Done():
+	}
+	q.log.Info("drained; shutting down", zap.Bool("drainTimedOut", q.drainer.TimedOut()),
+		zap.Int64("inFlight", q.tracker.InFlight()))
+
+	// Shutdown closes the listeners and idle connections and waits for
+	// active requests; the request timeout bounds them anyway.
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	if q.cfg.RequestTimeout > 0 {
+		t := q.clock.AfterFunc(q.cfg.RequestTimeout, scancel)
+		defer t.Stop()
+	}
+	var sg sync.WaitGroup
+	for _, s := range servers {
+		sg.Go(func() {
+			if err := s.Shutdown(sctx); err != nil {
+				q.log.Warn("requests cut at shutdown: the request timeout passed", zap.Error(err))
+				s.Close()
+			}
+		})
+	}
+	sg.Wait()
+	return nil
+}

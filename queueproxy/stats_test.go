@@ -1,0 +1,139 @@
+package queueproxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+func TestAccounting(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	fc := testclock.NewFakeClock(t0)
+	tracker := stats.NewTracker(t0)
+	var inFlight int64
+	h := &accounting{tracker: tracker, clock: fc, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight = tracker.InFlight()
+		fc.Step(500 * time.Millisecond) // the request is held for half the period
+	})}
+
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	proxied := httptest.NewRequest("GET", "/", nil)
+	proxied.Header.Set(network.ProxyHeader, network.ProxyActivator)
+	h.ServeHTTP(httptest.NewRecorder(), proxied)
+
+	if inFlight != 1 {
+		t.Errorf("in flight during the request = %d, want 1", inFlight)
+	}
+	if n := tracker.InFlight(); n != 0 {
+		t.Errorf("in flight after = %d, want 0", n)
+	}
+	rep := tracker.Report(t0.Add(time.Second))
+	if rep.Requests != 2 || rep.ProxiedRequests != 1 || rep.Concurrency != 1 || rep.ProxiedConcurrency != 0.5 {
+		t.Errorf("report = %+v, want 2 requests (1 proxied), concurrency 1 (0.5 proxied)", rep)
+	}
+}
+
+func TestAccountingCountsPanickingRequests(t *testing.T) {
+	tracker := stats.NewTracker(time.Unix(0, 0))
+	h := &accounting{tracker: tracker, clock: testclock.NewFakeClock(time.Unix(0, 0)), next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		panic(http.ErrAbortHandler)
+	})}
+	func() {
+		defer func() { recover() }()
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	}()
+	if n := tracker.InFlight(); n != 0 {
+		t.Errorf("an aborted request stays in flight: %d", n)
+	}
+}
+
+func TestReporter(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	fc := testclock.NewFakeClock(t0)
+	tracker := stats.NewTracker(t0)
+	rep := newReporter(tracker, fc, t0.Add(-time.Minute)) // the process started a minute ago
+	reported := make(chan struct{}, 1)
+	rep.reported = func() { reported <- struct{}{} }
+
+	get := func(accept string) *http.Response {
+		req := httptest.NewRequest("GET", network.StatsPath, nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		w := httptest.NewRecorder()
+		rep.ServeHTTP(w, req)
+		return w.Result()
+	}
+	// Before the first period ends: an empty report of length zero.
+	var got stats.Report
+	if err := got.UnmarshalBinary([]byte(readAll(t, get("")))); err != nil {
+		t.Fatal(err)
+	}
+	if !got.End.Equal(t0.Add(-time.Minute)) || got.Period != 0 || got.Requests != 0 {
+		t.Errorf("initial report = %+v, want empty at the start", got)
+	}
+
+	ctx := t.Context()
+	go rep.run(ctx, fc.NewTicker(ReportingPeriod))
+	tracker.Start(t0, false)
+	fc.Step(ReportingPeriod)
+	<-reported
+
+	res := get("")
+	if ct := res.Header.Get("Content-Type"); ct != stats.ContentType {
+		t.Errorf("Content-Type = %q, want %q", ct, stats.ContentType)
+	}
+	if err := got.UnmarshalBinary([]byte(readAll(t, res))); err != nil {
+		t.Fatal(err)
+	}
+	want := stats.Report{End: t0.Add(time.Second).UTC(), Period: time.Second, Concurrency: 1, Requests: 1, Uptime: time.Minute + time.Second}
+	if !got.End.Equal(want.End) || got.Period != want.Period || got.Concurrency != want.Concurrency ||
+		got.Requests != want.Requests || got.Uptime != want.Uptime {
+		t.Errorf("binary report = %+v, want %+v", got, want)
+	}
+
+	res = get("text/html, application/json;q=0.9")
+	if ct := res.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var fromJSON stats.Report
+	if err := json.Unmarshal([]byte(readAll(t, res)), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	if fromJSON.Requests != 1 || fromJSON.Uptime != want.Uptime {
+		t.Errorf("JSON report = %+v", fromJSON)
+	}
+
+	// The next period has no new arrival but the request is still held.
+	fc.Step(ReportingPeriod)
+	<-reported
+	res = get("")
+	if err := got.UnmarshalBinary([]byte(readAll(t, res))); err != nil {
+		t.Fatal(err)
+	}
+	if got.Requests != 0 || got.Concurrency != 1 {
+		t.Errorf("second period = %+v, want 0 requests, concurrency 1", got)
+	}
+}
+
+func TestAcceptsJSON(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"":                                  false,
+		"*/*":                               false,
+		stats.ContentType:                   false,
+		"application/json":                  true,
+		"text/plain, application/json; q=1": true,
+		"application/jsonx":                 false,
+	} {
+		if got := acceptsJSON([]string{accept}); got != want {
+			t.Errorf("acceptsJSON(%q) = %v, want %v", accept, got, want)
+		}
+	}
+}

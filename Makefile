@@ -2,12 +2,16 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet unit bench demo clean
+.PHONY: all build test vet fmt-check unit bench clean
 
 all: build
 
+# Release builds: static and without symbol tables, which also keeps the
+# resident set small (docs/performance.md).
+RELEASE_FLAGS ?= -trimpath -ldflags "-s -w"
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/hello
+	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./examples/hello
 
 ## test: everything that must pass — vet, formatting, race-enabled tests.
 test: vet fmt-check unit
@@ -24,7 +28,7 @@ unit:
 
 ## bench: the benchmark harness (docs/performance.md) and Go benchmarks.
 bench:
-	$(GO) run ./hack/bench
+	$(GO) run ./hack/bench -gobench
 
 clean:
 	rm -rf $(BIN)

@@ -60,6 +60,10 @@ type Config struct {
 	// in flight are given up to RequestTimeout to finish.
 	DrainTimeout time.Duration
 
+	// EnableProfiling serves Go's pprof handlers under /debug/pprof/ on the
+	// metrics port.
+	EnableProfiling bool
+
 	// LogLevel and LogFormat configure pkg/logging.
 	LogLevel  string
 	LogFormat string
@@ -144,6 +148,8 @@ func bind(cfg *Config) (*envflag.Set, *envflag.Setting) {
 		"time with nothing in flight after which a drain ends", envflag.DurationAtLeast(0))
 	envflag.Var(s, &cfg.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", cfg.DrainTimeout,
 		"bound on the wait for the quiet period", envflag.DurationAtLeast(0))
+	envflag.Var(s, &cfg.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false,
+		"serve Go's pprof profiles under /debug/pprof/ on the metrics port", envflag.Bool)
 	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
 		"debug, info, warn or error", envflag.OneOf("debug", "info", "warn", "error"))
 	envflag.Var(s, &cfg.LogFormat, "log-format", "LOG_FORMAT", cfg.LogFormat,

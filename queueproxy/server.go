@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -191,6 +192,13 @@ func (q *QueueProxy) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+network.MetricsPath, q.metrics.handler())
 	mux.Handle("GET "+network.StatsPath, q.reporter)
+	if q.cfg.EnableProfiling {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

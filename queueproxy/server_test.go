@@ -775,3 +775,23 @@ func TestRunReportsAPortInUse(t *testing.T) {
 		t.Errorf("Run = %v, want a listen error naming port %d", err, cfg.ServingPort)
 	}
 }
+
+func TestProfilingOnlyWhenEnabled(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		t.Run(strconv.FormatBool(enabled), func(t *testing.T) {
+			r := newRig(t, 0, func(c *Config) { c.EnableProfiling = enabled })
+			res, err := r.client.Get(r.metrics + "/debug/pprof/cmdline")
+			if err != nil {
+				t.Fatal(err)
+			}
+			readAll(t, res)
+			want := http.StatusNotFound
+			if enabled {
+				want = http.StatusOK
+			}
+			if res.StatusCode != want {
+				t.Errorf("pprof with ENABLE_PROFILING=%v: status %d, want %d", enabled, res.StatusCode, want)
+			}
+		})
+	}
+}

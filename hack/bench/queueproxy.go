@@ -75,6 +75,8 @@ func startPod(e *env, bins map[string]string) (*pod, error) {
 		"LOG_LEVEL=warn", "LOG_FORMAT=json",
 		// Nothing is in flight when the harness stops it: exit at once.
 		"DRAIN_QUIET_PERIOD=0s",
+		// The pprof handlers cost nothing until a profile is asked for.
+		"ENABLE_PROFILING=true",
 	)
 	if err != nil {
 		p.stop()

@@ -79,6 +79,20 @@ const (
 	DrainPath = "/drain"
 )
 
+// The autoscaler's endpoint for activator reports and pokes: a websocket
+// carrying pkg/stats activator frames, authenticated with a bearer token in
+// the Authorization header (docs/collector.md).
+const (
+	// ActivatorReportPath is where activators open the websocket.
+	ActivatorReportPath = "/activator"
+	// DefaultAutoscalerPort is the autoscaler's port for it (Knative's too).
+	DefaultAutoscalerPort = 8080
+)
+
+// The autoscaler's status, on the same port: every service's latest
+// decision and its inputs, as JSON (docs/autoscaler.md), for `swell status`.
+const AutoscalerStatusPath = "/status"
+
 // IsProbe reports whether r is a probe (from the activator, the kubelet or
 // another Swell component) rather than traffic.
 func IsProbe(r *http.Request) bool {

@@ -1,0 +1,187 @@
+package collector
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// DefaultStaleAfter is how long an activator's figures for a service count
+// after they arrived: two reporting periods, so one late or lost report
+// neither drops the activator's load nor keeps a departed one's for long.
+const DefaultStaleAfter = 2 * time.Second
+
+// ActivatorSink receives validated Report and Poke frames from the activator
+// endpoint. The frame and its byte slices are valid only during the call.
+// Calls for one activator are serialised; calls for different activators
+// may be concurrent.
+type ActivatorSink interface {
+	Apply(activator string, f *stats.ActivatorFrame)
+}
+
+// Activators keeps every activator's latest figures per service, so the
+// collector can add them to the pods' and the decider can see what the
+// activators hold. Each activator's figures are kept apart and summed on
+// read: several activators never overwrite one another, and a report
+// replaces only the figures of the activator that sent it.
+//
+// Figures are levels (an average concurrency, a request rate), not counts:
+// reading them in two rounds counts nothing twice. They expire StaleAfter
+// after they arrived, so an activator that went away stops counting.
+// Safe for concurrent use.
+type Activators struct {
+	clock      clock.PassiveClock
+	staleAfter time.Duration
+
+	// mu is taken once per frame and once per collection round, never per
+	// request.
+	mu       sync.Mutex
+	services map[string][]activatorSlot
+}
+
+// activatorSlot is one activator's latest figures for one service.
+type activatorSlot struct {
+	activator string
+	// reportAt is when the latest report arrived (zero: none yet); pokeAt
+	// when the latest poke did.
+	reportAt, pokeAt time.Time
+	period           time.Duration
+	figures          stats.ActivatorFigures
+}
+
+// NewActivators returns an empty Activators reading clk; staleAfter ≤ 0
+// means DefaultStaleAfter.
+func NewActivators(clk clock.PassiveClock, staleAfter time.Duration) *Activators {
+	if staleAfter <= 0 {
+		staleAfter = DefaultStaleAfter
+	}
+	return &Activators{clock: clk, staleAfter: staleAfter, services: make(map[string][]activatorSlot)}
+}
+
+// Apply implements ActivatorSink: a Report replaces activator's figures for
+// each service it names; a Poke marks a request pending at activator for
+// each service it names.
+func (a *Activators) Apply(activator string, f *stats.ActivatorFrame) {
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range f.Entries {
+		e := &f.Entries[i]
+		s := a.slotLocked(activator, e.Service)
+		switch f.Type {
+		case stats.ActivatorReport:
+			s.reportAt, s.period, s.figures = now, f.Period, e.ActivatorFigures
+		case stats.ActivatorPoke:
+			s.pokeAt = now
+		}
+	}
+}
+
+// slotLocked finds or adds activator's slot for service. Looking the service
+// up with string(service) does not allocate; only a new service or a new
+// activator does.
+func (a *Activators) slotLocked(activator string, service []byte) *activatorSlot {
+	slots := a.services[string(service)]
+	for i := range slots {
+		if slots[i].activator == activator {
+			return &slots[i]
+		}
+	}
+	slots = append(slots, activatorSlot{activator: activator})
+	a.services[string(service)] = slots
+	return &slots[len(slots)-1]
+}
+
+// ActivatorLoad is the activators' share of one service's load.
+type ActivatorLoad struct {
+	// Concurrency is the sum of the activators' average concurrency.
+	Concurrency float64
+	// RPS is the sum of the activators' request rates.
+	RPS float64
+	// Activators is how many activators have current figures.
+	Activators int
+	// Pending is the number of requests the activators hold for the service
+	// (in flight or queued): the sum of their latest in-flight counts, where
+	// a poke newer than StaleAfter counts as at least 1 for its activator.
+	Pending int
+}
+
+// Load returns the activators' current share of service's load.
+func (a *Activators) Load(service string) ActivatorLoad {
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.loadLocked(service, now)
+}
+
+// Pending returns the number of requests the activators hold for service;
+// the decider never scales a service to zero while it is above zero.
+func (a *Activators) Pending(service string) int { return a.Load(service).Pending }
+
+func (a *Activators) loadLocked(service string, now time.Time) ActivatorLoad {
+	var l ActivatorLoad
+	slots := a.services[service]
+	for i := range slots {
+		s := &slots[i]
+		pending := 0
+		if a.fresh(s.reportAt, now) {
+			l.Concurrency += s.figures.Concurrency
+			if s.period > 0 {
+				l.RPS += float64(s.figures.Requests) / s.period.Seconds()
+			}
+			l.Activators++
+			pending = int(min(s.figures.InFlight, uint64(maxPending)))
+		}
+		// A report may have been closed just before the request that caused
+		// the poke arrived; the poke holds the count at 1 until it expires,
+		// whatever the reports say meanwhile.
+		if a.fresh(s.pokeAt, now) {
+			pending = max(pending, 1)
+		}
+		l.Pending = min(l.Pending+pending, maxPending)
+	}
+	return l
+}
+
+// maxPending caps counts from the wire, which are uint64, well inside int.
+const maxPending = 1 << 40
+
+func (a *Activators) fresh(at, now time.Time) bool {
+	return !at.IsZero() && now.Sub(at) <= a.staleAfter
+}
+
+// loads fills out[i] with services[i]'s load and drops figures that expired,
+// under one acquisition of the lock.
+func (a *Activators) loads(services []string, out []ActivatorLoad) {
+	now := a.clock.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, svc := range services {
+		out[i] = a.loadLocked(svc, now)
+	}
+	a.sweepLocked(now)
+}
+
+// sweepLocked forgets slots whose report and poke have both expired, and
+// services left without slots, so departed activators and deleted services
+// do not accumulate.
+func (a *Activators) sweepLocked(now time.Time) {
+	for svc, slots := range a.services {
+		kept := slots[:0]
+		for _, s := range slots {
+			if a.fresh(s.reportAt, now) || a.fresh(s.pokeAt, now) {
+				kept = append(kept, s)
+			}
+		}
+		switch {
+		case len(kept) == 0:
+			delete(a.services, svc)
+		case len(kept) != len(slots):
+			clear(slots[len(kept):])
+			a.services[svc] = kept
+		}
+	}
+}

@@ -1,0 +1,404 @@
+// Package collector is how the autoscaler learns each service's load: it
+// scrapes a statistically sound sample of the ready pods' queue-proxy stats
+// once a second, receives the activators' reports and pokes over a
+// websocket, and combines both into one sample per service per second in
+// which no request is counted twice (docs/collector.md).
+package collector
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// Sources says which sources a Sample's figures came from.
+type Sources uint8
+
+// The sources.
+const (
+	// SourcePods: at least one ready pod's stats were scraped.
+	SourcePods Sources = 1 << iota
+	// SourceActivators: at least one activator had current figures.
+	SourceActivators
+)
+
+// Sample is one service's load over one second, every source combined:
+//
+//	Concurrency = N/k · Σ sampled pods (Concurrency − ProxiedConcurrency)
+//	              + Σ activators Concurrency
+//	RPS         = N/k · Σ sampled pods (Requests − ProxiedRequests)/Period
+//	              + Σ activators Requests/Period
+//
+// for N ready pods of which k answered. Pods count only what did not come
+// through an activator, and the activators report all they hold, so every
+// request is counted once, wherever it waited.
+type Sample struct {
+	// Service is "namespace/name".
+	Service string
+	// Time is the whole second the sample stands for. A Collector emits at
+	// most one Sample per service and second, and Time strictly increases
+	// from round to round.
+	Time time.Time
+	// Concurrency and RPS are the service-wide totals.
+	Concurrency, RPS float64
+	// PodConcurrency, PodRPS, ActivatorConcurrency and ActivatorRPS are the
+	// two shares the totals add up.
+	PodConcurrency, PodRPS             float64
+	ActivatorConcurrency, ActivatorRPS float64
+	// Sources says which sources contributed.
+	Sources Sources
+	// ReadyPods is N; Sampled how many pods were scraped; Scraped how many
+	// of those answered with a report.
+	ReadyPods, Sampled, Scraped int
+	// Activators is how many activators had current figures.
+	Activators int
+	// ActivatorPending is the number of the service's requests in flight or
+	// queued at the activators (see Activators.Pending).
+	ActivatorPending int
+}
+
+// Sink receives each round's samples. Record is called once per round, from
+// the goroutine running the round, with one Sample per service that had
+// data; the slice is reused by the next round, so copy what you keep.
+// A service whose ready pods all failed to answer has no Sample that second
+// (no data, which is not zero load).
+type Sink interface {
+	Record(samples []Sample)
+}
+
+// Config configures a Collector. Pods and Sink are required.
+type Config struct {
+	Pods PodLister
+	Sink Sink
+	// Activators, if set, adds the activators' figures to every sample.
+	Activators *Activators
+	// Client scrapes; nil means NewHTTPClient(Timeout).
+	Client *http.Client
+	// Timeout bounds each scrape (default DefaultScrapeTimeout).
+	Timeout time.Duration
+	// RoundTimeout bounds a round: a scrape not started by then fails, and
+	// one still running is cancelled (default 800 ms, or Timeout if longer,
+	// so a round ends before the next second's tick).
+	RoundTimeout time.Duration
+	// Workers is how many scrapes run at once (default 128).
+	Workers int
+	// Sampling sizes each service's sample; nil means DefaultSampling.
+	Sampling *Sampling
+	// Seed seeds the random sample choice (0: a random seed).
+	Seed uint64
+	// Clock times rounds (default the real clock). Scrape timeouts are on
+	// real sockets, so they use real time.
+	Clock clock.PassiveClock
+	// Logger logs scrape failures at debug level (default none).
+	Logger *zap.Logger
+	// Registerer, if set, gets the collector's metrics.
+	Registerer prometheus.Registerer
+}
+
+// Collector runs collection rounds: each round scrapes every service's
+// sampled pods concurrently, adds the activators' figures and hands one
+// Sample per service to the Sink.
+type Collector struct {
+	pods       PodLister
+	sink       Sink
+	activators *Activators
+	client     *http.Client
+	timeout    time.Duration
+	roundTO    time.Duration
+	workers    int
+	sampling   Sampling
+	clock      clock.PassiveClock
+	log        *zap.Logger
+	metrics    *collectorMetrics
+
+	// roundMu serialises rounds; everything below is the round's scratch,
+	// reused so that a steady state allocates only inside net/http.
+	roundMu  sync.Mutex
+	last     time.Time // the latest round's second
+	rng      *rand.Rand
+	gen      uint64
+	state    map[string]*serviceState
+	services []string
+	order    []*serviceState
+	jobs     []job
+	loads    []ActivatorLoad
+	samples  []Sample
+}
+
+// serviceState is one service's scratch, kept across rounds.
+type serviceState struct {
+	gen     uint64
+	pods    []string
+	listErr error
+	// jobs is the service's range in Collector.jobs this round.
+	first, n int
+}
+
+// job is one pod's scrape in a round; workers write only their own job.
+type job struct {
+	addr string
+	// concurrency and rps are the pod's non-proxied figures.
+	concurrency, rps float64
+	ok               bool
+}
+
+// New returns a Collector, or an error naming what is missing or invalid.
+func New(cfg Config) (*Collector, error) {
+	if cfg.Pods == nil {
+		return nil, errors.New("collector: Config.Pods is required")
+	}
+	if cfg.Sink == nil {
+		return nil, errors.New("collector: Config.Sink is required")
+	}
+	c := &Collector{
+		pods:       cfg.Pods,
+		sink:       cfg.Sink,
+		activators: cfg.Activators,
+		client:     cfg.Client,
+		timeout:    cfg.Timeout,
+		roundTO:    cfg.RoundTimeout,
+		workers:    cfg.Workers,
+		sampling:   DefaultSampling,
+		clock:      cfg.Clock,
+		log:        cfg.Logger,
+		state:      make(map[string]*serviceState),
+	}
+	if cfg.Sampling != nil {
+		if cfg.Sampling.Z < 0 || cfg.Sampling.Margin < 0 {
+			return nil, errors.New("collector: Sampling.Z and Sampling.Margin must be >= 0 (both 0: scrape every pod)")
+		}
+		c.sampling = *cfg.Sampling
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultScrapeTimeout
+	}
+	if c.roundTO <= 0 {
+		c.roundTO = max(800*time.Millisecond, c.timeout)
+	}
+	if c.workers <= 0 {
+		c.workers = 128
+	}
+	if c.client == nil {
+		c.client = NewHTTPClient(c.timeout)
+	}
+	if c.clock == nil {
+		c.clock = clock.RealClock{}
+	}
+	if c.log == nil {
+		c.log = zap.NewNop()
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	c.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	var err error
+	if c.metrics, err = newCollectorMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Run runs a round on each tick until ctx ends. The ticks come from the
+// engine's clock (a clock.Ticker's C()); a tick that lands in the same
+// second as the previous round is skipped, so start the ticker away from
+// whole seconds (the engine starts it at a half second).
+func (c *Collector) Run(ctx context.Context, ticks <-chan time.Time) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case t := <-ticks:
+			c.Round(ctx, t)
+		}
+	}
+}
+
+// ActivatorPending returns the number of service's requests held at the
+// activators (0 without Config.Activators).
+func (c *Collector) ActivatorPending(service string) int {
+	if c.activators == nil {
+		return 0
+	}
+	return c.activators.Pending(service)
+}
+
+// Round collects the second of tick: it lists the services and their ready
+// pods, scrapes a random sample of each service's pods with Workers
+// concurrent scrapes, adds the activators' figures and calls the Sink once.
+// Every scrape ends by RoundTimeout, so a round takes little more than
+// that, plus the Sink's time, however many pods hang.
+// Rounds are serialised; a tick in a second already collected is skipped.
+func (c *Collector) Round(ctx context.Context, tick time.Time) {
+	c.roundMu.Lock()
+	defer c.roundMu.Unlock()
+	sec := tick.Truncate(time.Second)
+	if !c.last.IsZero() && !sec.After(c.last) {
+		c.metrics.roundsSkipped.Inc()
+		return
+	}
+	c.last = sec
+	start := c.clock.Now()
+
+	c.plan()
+	c.scrapeAll(ctx)
+	c.combine(sec)
+	c.sink.Record(c.samples)
+	c.metrics.roundDuration.Observe(c.clock.Since(start).Seconds())
+}
+
+// plan lists the services and their pods, draws each service's sample and
+// lays out the round's jobs.
+func (c *Collector) plan() {
+	c.gen++
+	c.services = c.pods.Services(c.services[:0])
+	c.order = c.order[:0]
+	c.jobs = c.jobs[:0]
+	for _, svc := range c.services {
+		st := c.state[svc]
+		if st == nil {
+			st = &serviceState{}
+			c.state[svc] = st
+		}
+		st.gen = c.gen
+		st.pods, st.listErr = c.pods.ReadyPods(svc, st.pods[:0])
+		st.first, st.n = len(c.jobs), 0
+		c.order = append(c.order, st)
+		if st.listErr != nil {
+			c.log.Debug("list ready pods", zap.String("service", svc), zap.Error(st.listErr))
+			continue
+		}
+		// Drawn anew every round, so that no pod's load is persistently
+		// left out.
+		st.n = c.sampling.Size(len(st.pods))
+		drawSample(c.rng, st.pods, st.n)
+		for _, addr := range st.pods[:st.n] {
+			c.jobs = append(c.jobs, job{addr: addr})
+		}
+	}
+	for svc, st := range c.state {
+		if st.gen != c.gen {
+			delete(c.state, svc)
+		}
+	}
+}
+
+// scrapeAll runs the round's jobs on up to Workers goroutines. A job not
+// started by the round's deadline fails without a request.
+func (c *Collector) scrapeAll(ctx context.Context) {
+	if len(c.jobs) > 0 {
+		c.runJobs(ctx)
+	}
+}
+
+// runJobs is scrapeAll's body, apart so that a round without jobs does not
+// pay for the goroutines' captured variables.
+func (c *Collector) runJobs(parent context.Context) {
+	ctx, cancel := context.WithTimeout(parent, c.roundTO)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(c.workers, len(c.jobs)) {
+		wg.Go(func() {
+			var buf [stats.BinarySize + 1]byte
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(c.jobs) {
+					return
+				}
+				c.scrapeJob(ctx, &c.jobs[i], &buf)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySize + 1]byte) {
+	if ctx.Err() != nil {
+		c.metrics.scrapes[resultTimeout].Inc()
+		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(errRoundOver))
+		return
+	}
+	start := c.clock.Now()
+	sctx, cancel := context.WithTimeout(ctx, c.timeout)
+	r, res, err := scrape(sctx, c.client, j.addr, buf)
+	cancel()
+	c.metrics.scrapeDuration.Observe(c.clock.Since(start).Seconds())
+	c.metrics.scrapes[res].Inc()
+	if err != nil {
+		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(err))
+		return
+	}
+	j.ok = true
+	// A report of length zero (a pod younger than one reporting period,
+	// whose queue-proxy has measured nothing yet) counts as a pod with no
+	// load: it has had next to no time to receive any.
+	if r.Period > 0 {
+		j.concurrency = r.Concurrency - r.ProxiedConcurrency
+		j.rps = float64(r.Requests-r.ProxiedRequests) / r.Period.Seconds()
+	}
+}
+
+// combine turns the jobs' results and the activators' figures into the
+// round's samples.
+func (c *Collector) combine(sec time.Time) {
+	c.samples = c.samples[:0]
+	c.loads = c.loads[:0]
+	for range c.services {
+		c.loads = append(c.loads, ActivatorLoad{})
+	}
+	if c.activators != nil {
+		c.activators.loads(c.services, c.loads)
+	}
+	for i, st := range c.order {
+		s := Sample{
+			Service:              c.services[i],
+			Time:                 sec,
+			ActivatorConcurrency: c.loads[i].Concurrency,
+			ActivatorRPS:         c.loads[i].RPS,
+			Activators:           c.loads[i].Activators,
+			ActivatorPending:     c.loads[i].Pending,
+		}
+		if s.Activators > 0 {
+			s.Sources |= SourceActivators
+		}
+		if st.listErr != nil {
+			c.metrics.missing.Inc()
+			continue
+		}
+		s.ReadyPods, s.Sampled = len(st.pods), st.n
+		var conc, rps float64
+		for _, j := range c.jobs[st.first : st.first+st.n] {
+			if j.ok {
+				s.Scraped++
+				conc += j.concurrency
+				rps += j.rps
+			}
+		}
+		if s.ReadyPods > 0 {
+			if s.Scraped == 0 {
+				// Every sampled pod failed: the pods' load is unknown, and
+				// reporting the activators' share alone would read as a
+				// drop in load. No sample; the window sees a gap.
+				c.metrics.missing.Inc()
+				continue
+			}
+			scale := float64(s.ReadyPods) / float64(s.Scraped)
+			s.PodConcurrency, s.PodRPS = conc*scale, rps*scale
+			s.Sources |= SourcePods
+		}
+		s.Concurrency = s.PodConcurrency + s.ActivatorConcurrency
+		s.RPS = s.PodRPS + s.ActivatorRPS
+		c.samples = append(c.samples, s)
+	}
+}

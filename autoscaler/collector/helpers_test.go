@@ -1,0 +1,121 @@
+package collector
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// t0 is a half second, where the engine starts its ticker.
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 500_000_000, time.UTC)
+
+// fakePod is a queue-proxy's metrics port on loopback: it serves a
+// stats.Report in binary at network.StatsPath, or misbehaves on request.
+type fakePod struct {
+	srv    *httptest.Server
+	report atomic.Pointer[stats.Report]
+	hits   atomic.Int64
+	// handler, if set, replaces the well-behaved answer.
+	handler atomic.Pointer[http.HandlerFunc]
+}
+
+func newFakePod(t testing.TB, r stats.Report) *fakePod {
+	t.Helper()
+	p := &fakePod{}
+	p.report.Store(&r)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.hits.Add(1)
+		if h := p.handler.Load(); h != nil {
+			(*h)(w, req)
+			return
+		}
+		if req.URL.Path != network.StatsPath || req.Header.Get("Accept") != stats.ContentType {
+			http.Error(w, "unexpected request "+req.URL.Path+" Accept: "+req.Header.Get("Accept"), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", stats.ContentType)
+		w.Write(p.report.Load().AppendBinary(nil))
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *fakePod) addr() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+func (p *fakePod) set(r stats.Report) { p.report.Store(&r) }
+
+func (p *fakePod) misbehave(h http.HandlerFunc) { p.handler.Store(&h) }
+
+// rep builds a one-second report of a mature pod.
+func rep(conc, proxiedConc float64, reqs, proxiedReqs uint64) stats.Report {
+	return stats.Report{
+		End: t0, Period: time.Second, Uptime: time.Minute,
+		Concurrency: conc, ProxiedConcurrency: proxiedConc, Requests: reqs, ProxiedRequests: proxiedReqs,
+	}
+}
+
+// chanSink hands each round's samples, copied, to a channel.
+type chanSink chan []Sample
+
+func (s chanSink) Record(samples []Sample) { s <- append([]Sample(nil), samples...) }
+
+// next returns the next round's samples by service.
+func (s chanSink) next(t testing.TB) map[string]Sample {
+	t.Helper()
+	select {
+	case samples := <-s:
+		m := make(map[string]Sample, len(samples))
+		for _, x := range samples {
+			if _, dup := m[x.Service]; dup {
+				t.Fatalf("two samples for %s in one round", x.Service)
+			}
+			m[x.Service] = x
+		}
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no round recorded within 10s")
+		return nil
+	}
+}
+
+// none checks that no round was recorded so far.
+func (s chanSink) none(t testing.TB) {
+	t.Helper()
+	select {
+	case samples := <-s:
+		t.Fatalf("unexpected round recorded: %+v", samples)
+	default:
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// gatheredCounter reads a counter from reg; label is the value of its only
+// label, or "" for a counter without labels. Absent series read 0.
+func gatheredCounter(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if len(m.GetLabel()) == 0 && label == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}

@@ -484,7 +484,7 @@ var table = []*entry{
 		func(s *settings) *time.Duration { return &s.ScaleToZeroGracePeriod }),
 	durationKey(KeyInfo{Name: KeyScaleToZeroPodRetentionPeriod, Type: "duration", Policies: "all",
 		Accepted: "a duration from 0s to 1h",
-		Meaning:  "how long the last pod is kept after the grace period before going to zero"},
+		Meaning:  "the least time the last pod is kept after the autoscaler first decided to go to zero (runs alongside the grace period; see autoscaling.md)"},
 		durRange{lo: 0, hi: WindowMax},
 		func(s *settings) *time.Duration { return &s.ScaleToZeroPodRetention }),
 	floatKey(KeyInfo{Name: KeyTargetBurstCapacity, Type: "number", Policies: "all",

@@ -37,6 +37,7 @@ type command struct {
 // add one, write its run function in its own file and add a line here.
 var commands = []command{
 	{name: "load", summary: "send HTTP load: a fixed rate, a trace replay or a closed loop", run: runLoad},
+	{name: "sim", summary: "simulate autoscaling on a trace or generated traffic, or replay decider inputs", run: runSim},
 }
 
 func main() {

@@ -1,0 +1,545 @@
+package autoscaler
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// t0 is a half second: the collector's rounds then fall on the clock's
+// steps, and the decision ticks on every second step.
+var t0 = time.Date(2031, 3, 4, 5, 6, 7, 500_000_000, time.UTC)
+
+const testToken = "autoscaler-test-token-0123456789"
+
+// wait bounds every wait for a goroutine of the system under test. It is a
+// failure guard, never a way to synchronise: tests wait on channels.
+const wait = 10 * time.Second
+
+func key(name string) service.Key { return service.Key{Namespace: "default", Name: name} }
+
+// notifyingBackend is the scaler's FakeBackend that reports each applied
+// write on a channel, so a test can wait for the executor without polling.
+type notifyingBackend struct {
+	*scaler.FakeBackend
+	writes chan scaler.Call
+}
+
+func (b *notifyingBackend) SetScale(ctx context.Context, svc service.Key, n int) error {
+	err := b.FakeBackend.SetScale(ctx, svc, n)
+	b.writes <- scaler.Call{Op: scaler.OpSetScale, Service: svc, Replicas: n, Err: err}
+	return err
+}
+
+func (b *notifyingBackend) SetRoute(ctx context.Context, svc service.Key, r scaler.Route) error {
+	err := b.FakeBackend.SetRoute(ctx, svc, r)
+	b.writes <- scaler.Call{Op: scaler.OpSetRoute, Service: svc, Route: r, Err: err}
+	return err
+}
+
+// harness runs an Autoscaler on a fake clock against the fake backend, with
+// its handler on a loopback server.
+type harness struct {
+	t      *testing.T
+	clk    *testingclock.FakeClock
+	be     *notifyingBackend
+	a      *Autoscaler
+	url    string
+	reg    *prometheus.Registry
+	logs   *observer.ObservedLogs
+	rounds chan time.Time
+	ticks  chan time.Time
+	pokes  chan service.Key
+	steps  int
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{
+		t:      t,
+		clk:    testingclock.NewFakeClock(t0),
+		be:     &notifyingBackend{FakeBackend: scaler.NewFakeBackend(), writes: make(chan scaler.Call, 1000)},
+		reg:    prometheus.NewRegistry(),
+		rounds: make(chan time.Time, 100),
+		ticks:  make(chan time.Time, 100),
+		pokes:  make(chan service.Key, 100),
+	}
+	h.be.SetReadyFollowsDesired(true)
+	core, logs := observer.New(zapcore.InfoLevel)
+	h.logs = logs
+	a, err := New(Config{
+		Backend: h.be,
+		// No route polls: the fake backend confirms routes at once, and a
+		// poll would make backend calls the tests do not wait for.
+		Scaler: scaler.Options{Workers: 2, RoutePoll: time.Hour},
+		Collector: collector.Config{
+			// Real sockets under the race detector on a busy machine:
+			// generous real-time bounds, and every pod scraped.
+			Timeout:      wait,
+			RoundTimeout: wait,
+			Sampling:     &collector.Sampling{},
+		},
+		Endpoint:   collector.EndpointConfig{Tokens: []string{testToken}},
+		Registerer: h.reg,
+	}, h.clk, zap.New(core))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.a = a
+	a.afterRound = func(t time.Time) { h.rounds <- t }
+	a.afterTick = func(t time.Time) { h.ticks <- t }
+	a.afterPoke = func(k service.Key) { h.pokes <- k }
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	h.url = srv.URL
+	return h
+}
+
+// start runs the loop until the test ends.
+func (h *harness) start() {
+	h.t.Helper()
+	started := make(chan struct{})
+	h.a.onStart = func() { close(started) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.a.Run(ctx) }()
+	h.t.Cleanup(func() {
+		cancel()
+		// Keep draining the backend's writes: a worker blocked on a full
+		// channel would keep Run from returning.
+		deadline := time.After(wait)
+		for {
+			select {
+			case err := <-done:
+				if err != nil {
+					h.t.Errorf("Run: %v", err)
+				}
+				return
+			case <-h.be.writes:
+			case <-deadline:
+				h.t.Errorf("Run did not return within %v of its context's end", wait)
+				return
+			}
+		}
+	})
+	select {
+	case <-started:
+	case err := <-done:
+		h.t.Fatalf("Run returned early: %v", err)
+	case <-time.After(wait):
+		h.t.Fatal("Run did not start")
+	}
+}
+
+func recv[T any](t *testing.T, c <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-c:
+		return v
+	case <-time.After(wait):
+		t.Fatalf("no %s within %v", what, wait)
+		panic("unreachable")
+	}
+}
+
+// step advances the clock one second and waits for that second's
+// collection round and, every other second, the decision tick.
+func (h *harness) step() {
+	h.t.Helper()
+	h.clk.Step(time.Second)
+	h.steps++
+	recv(h.t, h.rounds, "collection round")
+	if h.steps%2 == 0 {
+		recv(h.t, h.ticks, "tick")
+	}
+}
+
+// settle waits until the executor has applied k's latest decision.
+func (h *harness) settle(k service.Key) {
+	h.t.Helper()
+	ss, ok := h.a.ServiceStatus(k)
+	if !ok || !ss.Decided {
+		return
+	}
+	for {
+		if st, _ := h.be.Get(k); st.Desired == ss.Scale {
+			return
+		}
+		recv(h.t, h.be.writes, "backend write for "+k.String())
+	}
+}
+
+// pods are queue-proxies' metrics ports on loopback, serving stats reports
+// of a service-wide load shared equally by the ready ones.
+type pods struct {
+	addrs  []string
+	perPod atomic.Uint64 // float64 bits
+}
+
+func newPods(t *testing.T, n int) *pods {
+	p := &pods{}
+	for range n {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != network.StatsPath {
+				http.NotFound(w, r)
+				return
+			}
+			c := math.Float64frombits(p.perPod.Load())
+			rep := stats.Report{End: time.Now(), Period: time.Second, Uptime: time.Minute, Concurrency: c, Requests: uint64(10 * c)}
+			w.Header().Set("Content-Type", stats.ContentType)
+			w.Write(rep.AppendBinary(nil))
+		}))
+		t.Cleanup(srv.Close)
+		p.addrs = append(p.addrs, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	return p
+}
+
+// follow gives the autoscaler the pods the backend has ready, each with
+// its share of total.
+func (p *pods) follow(h *harness, k service.Key, total float64) {
+	st, _ := h.be.Get(k)
+	n := min(st.Ready, len(p.addrs))
+	h.a.SetPods(k, p.addrs[:n])
+	if n > 0 {
+		p.perPod.Store(math.Float64bits(total / float64(n)))
+	}
+}
+
+// gauge returns the value of a per-service gauge, and whether it exists.
+func (h *harness) gauge(name string, k service.Key) (float64, bool) {
+	h.t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == k.Namespace && labels["service"] == k.Name {
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func TestNewValidates(t *testing.T) {
+	clk := testingclock.NewFakeClock(t0)
+	be := scaler.NewFakeBackend()
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no backend", Config{}, "Backend is required"},
+		{"tick too short", Config{Backend: be, TickInterval: 50 * time.Millisecond}, "at least 100ms"},
+		{"short token", Config{Backend: be, Endpoint: collector.EndpointConfig{Tokens: []string{"short"}}}, "token 0"},
+	} {
+		if _, err := New(c.cfg, clk, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+	a, err := New(Config{Backend: be}, clk, nil)
+	if err != nil || a.tick != DefaultTickInterval || a.history != DefaultHistory {
+		t.Fatalf("defaults: %v, tick %v history %d", err, a.tick, a.history)
+	}
+	if _, err := New(Config{Backend: be, TickInterval: MinTickInterval}, clk, nil); err != nil {
+		t.Fatalf("the minimum tick refused: %v", err)
+	}
+}
+
+func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
+	h := newHarness(t)
+	k := key("hello")
+	h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+	h.a.Upsert(k, autoscaling.DefaultSpec()) // 70 in flight per pod
+	p := newPods(t, 6)
+	p.follow(h, k, 210)
+	h.start()
+
+	for range 90 {
+		h.step()
+		if h.steps%2 == 0 {
+			h.settle(k)
+		}
+		p.follow(h, k, 210)
+	}
+
+	if st, _ := h.be.Get(k); st.Desired != 3 || st.Ready != 3 || st.Route != scaler.RouteActivator {
+		t.Fatalf("backend: %+v, want 3 replicas, 3 ready, behind the activator (EBC < 0)", st)
+	}
+	ss, _ := h.a.ServiceStatus(k)
+	if ss.Scale != 3 || ss.Ready != 3 || math.Abs(ss.Stable-210) > 1e-6 || ss.PanicMode {
+		t.Fatalf("status: %+v, want scale 3 on 3 ready at a stable 210, panic over", ss)
+	}
+	if want := math.Floor(3*100 - 211 - 210); ss.ExcessBurstCapacity != want || !ss.NeedActivator {
+		t.Fatalf("EBC %v need activator %v, want %v and true", ss.ExcessBurstCapacity, ss.NeedActivator, want)
+	}
+	if ss.LastSample == nil || math.Abs(ss.LastSample.Concurrency-210) > 1e-6 || math.Abs(ss.LastSample.RPS-2100) > 1e-6 {
+		t.Fatalf("last sample %+v, want 210 in flight and 2100 rps", ss.LastSample)
+	}
+
+	// The change was logged once, with its inputs; unchanged ticks were not.
+	var ups int
+	lines := h.logs.FilterMessage("scale decision").All()
+	for _, e := range lines {
+		f := e.ContextMap()
+		if f["from"] != int64(1) || f["scale"] != int64(3) {
+			continue
+		}
+		ups++
+		for _, name := range []string{"reason", "stable", "panic", "ready", "desired", "ebc", "panicMode", "activatorPending", "trigger"} {
+			if _, ok := f[name]; !ok {
+				t.Errorf("the decision's log line lacks %q: %v", name, f)
+			}
+		}
+		if f["service"] != "default/hello" || f["trigger"] != "tick" {
+			t.Errorf("log line %v", f)
+		}
+	}
+	// Besides the change, at most the end of the restart's panic is logged.
+	if ups != 1 || len(lines) > 2 {
+		t.Fatalf("%d info lines for %d ticks, %d of them 1→3; want the change once and no unchanged tick", len(lines), h.steps/2, ups)
+	}
+
+	// Status keeps the notable decisions only: the first, the change, the
+	// end of panic.
+	if len(ss.Decisions) == 0 || len(ss.Decisions) > 4 {
+		t.Fatalf("kept decisions: %+v", ss.Decisions)
+	}
+	if d := ss.Decisions[len(ss.Decisions)-1]; d.Scale != 3 || d.Trigger != "tick" || d.Reason == "" {
+		t.Fatalf("last kept decision %+v", d)
+	}
+
+	for name, want := range map[string]float64{
+		"swell_autoscaler_desired_pods":          3,
+		"swell_autoscaler_ready_pods":            3,
+		"swell_autoscaler_panic_mode":            0,
+		"swell_autoscaler_excess_burst_capacity": ss.ExcessBurstCapacity,
+	} {
+		if got, ok := h.gauge(name, k); !ok || got != want {
+			t.Errorf("%s = %v (%v), want %v", name, got, ok, want)
+		}
+	}
+}
+
+func TestPokeScalesFromZeroWithoutATick(t *testing.T) {
+	h := newHarness(t)
+	k := key("sleepy")
+	h.be.Set(k, scaler.Status{Desired: 0, Ready: 0, Route: scaler.RouteActivator})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	h.start()
+
+	hdr := http.Header{"Authorization": {"Bearer " + testToken}}
+	wsURL := "ws" + strings.TrimPrefix(h.url, "http") + network.ActivatorReportPath
+	ws, _, err := websocket.DefaultDialer.Dial(wsURL, hdr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for _, f := range [][]byte{
+		stats.AppendActivatorHello(nil, "activator-0"),
+		stats.AppendActivatorPoke(nil, "default/unknown"),
+		stats.AppendActivatorPoke(nil, "default/sleepy"),
+	} {
+		if err := ws.WriteMessage(websocket.BinaryMessage, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		if recv(t, h.pokes, "poke") == k {
+			break
+		}
+	}
+	c := recv(t, h.be.writes, "scale from zero")
+	if c.Op != scaler.OpSetScale || c.Service != k || c.Replicas != 1 || c.Err != nil {
+		t.Fatalf("first write %v, want scale %s 1", c, k)
+	}
+	if !h.clk.Now().Equal(t0) || len(h.ticks) != 0 || len(h.rounds) != 0 {
+		t.Fatalf("the clock moved (%v) or a tick or round ran: the wake-up must not wait for either", h.clk.Now())
+	}
+	ss, _ := h.a.ServiceStatus(k)
+	if ss.Trigger != "poke" || ss.Scale != 1 || ss.ActivatorPending < 1 || !ss.ActivatorInPath {
+		t.Fatalf("status after the poke: %+v", ss)
+	}
+	lines := h.logs.FilterMessage("scale decision").FilterField(zap.String("trigger", "poke")).All()
+	if len(lines) != 1 || lines[0].ContextMap()["from"] != int64(0) || lines[0].ContextMap()["scale"] != int64(1) {
+		t.Fatalf("poke log lines: %v", lines)
+	}
+	if _, ok := h.a.ServiceStatus(key("unknown")); ok {
+		t.Fatal("a poke for an unknown service added it")
+	}
+}
+
+func TestRestartWithRunningPodsHolds(t *testing.T) {
+	h := newHarness(t)
+	k := key("busy")
+	h.be.Set(k, scaler.Status{Desired: 4, Ready: 4, Route: scaler.RouteActivator})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	p := newPods(t, 4)
+	p.follow(h, k, 20) // the new history starts in a lull
+	h.start()
+	for range 20 {
+		h.step()
+		if h.steps%2 == 0 {
+			if ss, _ := h.a.ServiceStatus(k); ss.Scale != 4 {
+				t.Fatalf("%ds after a restart with 4 pods at a low load: %+v, want 4 held", h.steps, ss)
+			}
+		}
+	}
+}
+
+func TestRemovedServiceIsNoLongerDecided(t *testing.T) {
+	h := newHarness(t)
+	gone, kept := key("gone"), key("kept")
+	for _, k := range []service.Key{gone, kept} {
+		h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+		h.a.Upsert(k, autoscaling.DefaultSpec())
+	}
+	h.start()
+	h.step()
+	h.step()
+	// The first decisions put the activator in both paths (EBC < 0): the
+	// executor's work for them is done once both writes are in.
+	for range 2 {
+		if c := recv(t, h.be.writes, "route write"); c.Op != scaler.OpSetRoute {
+			t.Fatalf("write %v, want a route", c)
+		}
+	}
+	if _, ok := h.gauge("swell_autoscaler_desired_pods", gone); !ok {
+		t.Fatal("no desired_pods series before the removal")
+	}
+
+	h.a.Remove(gone)
+	h.be.ResetCalls()
+	h.step()
+	h.step()
+	for _, c := range h.be.Calls() {
+		if c.Service == gone {
+			t.Fatalf("backend call %v after the removal", c)
+		}
+	}
+	if _, ok := h.a.ServiceStatus(gone); ok {
+		t.Fatal("removed service still in Status")
+	}
+	if st := h.a.Status(); len(st.Services) != 1 || st.Services[0].Name != "kept" {
+		t.Fatalf("Status().Services = %+v", st.Services)
+	}
+	if _, ok := h.gauge("swell_autoscaler_desired_pods", gone); ok {
+		t.Fatal("desired_pods series of the removed service remains")
+	}
+	if h.a.engine.Len() != 1 {
+		t.Fatalf("engine holds %d services", h.a.engine.Len())
+	}
+	// And it can come back.
+	h.a.Upsert(gone, autoscaling.DefaultSpec())
+	h.step()
+	h.step()
+	if ss, ok := h.a.ServiceStatus(gone); !ok || !ss.Decided {
+		t.Fatalf("re-added service: %+v %v", ss, ok)
+	}
+}
+
+func TestStatusOverHTTP(t *testing.T) {
+	h := newHarness(t)
+	k := key("web")
+	h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	p := newPods(t, 1)
+	p.follow(h, k, 35)
+	h.start()
+	h.step()
+	h.step()
+
+	get := func(query string) (*http.Response, []byte) {
+		t.Helper()
+		resp, err := http.Get(h.url + network.AutoscalerStatusPath + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var buf strings.Builder
+		if _, err := io.Copy(&buf, resp.Body); err != nil {
+			t.Fatal(err)
+		}
+		return resp, []byte(buf.String())
+	}
+
+	resp, body := get("")
+	var st Status
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET status: %s %s", resp.Status, body)
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.TickInterval != "2s" || len(st.Services) != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	s := st.Services[0]
+	if s.Namespace != "default" || s.Name != "web" || !s.Decided || s.Scale != 1 || s.Class != "kpa" || s.Metric != "concurrency" ||
+		s.TargetPerPod != 70 || s.Pods != 1 || math.Abs(s.Stable-35) > 1e-6 || len(s.Decisions) == 0 {
+		t.Fatalf("service status %s", body)
+	}
+	// The JSON names are the documented ones.
+	for _, field := range []string{`"ready":`, `"desired":`, `"scale":`, `"stable":`, `"panic":`, `"panicMode":`,
+		`"excessBurstCapacity":`, `"activatorPending":`, `"decisions":`, `"reason":`, `"trigger":`} {
+		if !strings.Contains(string(body), field) {
+			t.Errorf("status JSON lacks %s", field)
+		}
+	}
+
+	if resp, body := get("?service=default/web"); resp.StatusCode != 200 || !strings.Contains(string(body), `"name": "web"`) {
+		t.Fatalf("one service: %s %s", resp.Status, body)
+	}
+	if resp, _ := get("?service=default/nope"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown service: %s", resp.Status)
+	}
+	if resp, _ := get("?service=nope"); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("malformed service: %s", resp.Status)
+	}
+	resp, err := http.Post(h.url+network.AutoscalerStatusPath, "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("POST status: %s", resp.Status)
+	}
+}
+
+func TestFiniteKeepsJSONEncodable(t *testing.T) {
+	for _, f := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), -1, 0, 3.5} {
+		if _, err := json.Marshal(finite(f)); err != nil {
+			t.Errorf("finite(%v): %v", f, err)
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package sim
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TimelineHeader is the timeline CSV's header; docs/sim.md describes each
+// column.
+const TimelineHeader = "t,arrivals,rejected,concurrency,stable,panic_window,desired,scale,ebc,panic,ready,pods,activator_in_path,activator_queue,pod_queue,in_service"
+
+// WriteTimeline writes the timeline as CSV, one row per second.
+func WriteTimeline(w io.Writer, timeline []Second) error {
+	bw := bufio.NewWriter(w)
+	bw.WriteString(TimelineHeader)
+	bw.WriteByte('\n')
+	var buf []byte
+	for _, r := range timeline {
+		buf = buf[:0]
+		buf = strconv.AppendInt(buf, int64(r.T), 10)
+		for _, v := range [...]int{r.Arrivals, r.Rejected} {
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, int64(v), 10)
+		}
+		for _, v := range [...]float64{r.Concurrency, r.Stable, r.PanicLoad} {
+			buf = append(buf, ',')
+			buf = appendDecimal(buf, v)
+		}
+		for _, v := range [...]int{r.Desired, r.Scale} {
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, int64(v), 10)
+		}
+		buf = append(buf, ',')
+		buf = append(buf, formatNumber(r.EBC)...)
+		buf = append(buf, ',')
+		buf = strconv.AppendBool(buf, r.Panic)
+		for _, v := range [...]int{r.Ready, r.Pods} {
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, int64(v), 10)
+		}
+		buf = append(buf, ',')
+		buf = strconv.AppendBool(buf, r.ActivatorInPath)
+		for _, v := range [...]int{r.ActivatorQueue, r.PodQueue, r.InService} {
+			buf = append(buf, ',')
+			buf = strconv.AppendInt(buf, int64(v), 10)
+		}
+		buf = append(buf, '\n')
+		bw.Write(buf)
+	}
+	return bw.Flush()
+}
+
+// appendDecimal writes v with at most 4 decimals, trailing zeros dropped:
+// enough for time-weighted averages, short enough to read.
+func appendDecimal(buf []byte, v float64) []byte {
+	s := strconv.FormatFloat(v, 'f', 4, 64)
+	s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	if s == "-0" || s == "" {
+		s = "0"
+	}
+	return append(buf, s...)
+}
+
+// WriteSummary writes a summary for a person to read.
+func WriteSummary(w io.Writer, s Summary) error {
+	bw := bufio.NewWriter(w)
+	p := func(label, format string, args ...any) {
+		fmt.Fprintf(bw, "%-12s "+format+"\n", append([]any{label}, args...)...)
+	}
+	p("policy", "%s", s.Class)
+	p("simulated", "%s", s.Duration)
+	p("requests", "%d arrived, %d completed, %d rejected, %d unfinished", s.Requests, s.Completed, s.Rejected, s.Unfinished)
+	p("pods", "%.1f pod-seconds (%.1f ready), at most %d (%d ready), %d started", s.PodSeconds, s.ReadyPodSeconds, s.MaxPods, s.MaxReady, s.PodStarts)
+	p("cold starts", "%d (arrived with no pod ready)", s.ColdStarts)
+	if s.Waited > 0 {
+		p("waited", "%d for a pod: p50 %s  p99 %s  max %s", s.Waited, round(s.WaitP50), round(s.WaitP99), round(s.WaitMax))
+	} else {
+		p("waited", "0 for a pod")
+	}
+	if s.Completed > 0 {
+		p("latency", "mean %s  p50 %s  p99 %s  max %s", round(s.LatencyMean), round(s.LatencyP50), round(s.LatencyP99), round(s.LatencyMax))
+	}
+	p("decisions", "%d ticks, %d pokes; %d s in panic", s.Ticks, s.Pokes, s.PanicSeconds)
+	return bw.Flush()
+}
+
+// round shortens a duration for reading: to the millisecond above a
+// second, the microsecond above a millisecond.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+// ComparisonColumns are the comparison table's columns.
+var ComparisonColumns = []string{"policy", "pod-seconds", "cold starts", "waited", "p99 wait", "rejected", "max pods"}
+
+// WriteComparison writes one row per summary under ComparisonColumns,
+// aligned for a terminal: names on the left, numbers on the right.
+func WriteComparison(w io.Writer, sums []Summary) error {
+	rows := [][]string{ComparisonColumns}
+	for _, s := range sums {
+		rows = append(rows, []string{
+			string(s.Class),
+			strconv.FormatFloat(s.PodSeconds, 'f', 1, 64),
+			strconv.Itoa(s.ColdStarts),
+			strconv.Itoa(s.Waited),
+			round(s.WaitP99).String(),
+			strconv.Itoa(s.Rejected),
+			strconv.Itoa(s.MaxPods),
+		})
+	}
+	width := make([]int, len(ComparisonColumns))
+	for _, r := range rows {
+		for i, c := range r {
+			width[i] = max(width[i], len(c))
+		}
+	}
+	bw := bufio.NewWriter(w)
+	for _, r := range rows {
+		for i, c := range r {
+			if i == 0 {
+				fmt.Fprintf(bw, "%-*s", width[i], c)
+			} else {
+				fmt.Fprintf(bw, "  %*s", width[i], c)
+			}
+		}
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}

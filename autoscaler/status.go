@@ -1,0 +1,223 @@
+package autoscaler
+
+import (
+	"cmp"
+	"encoding/json"
+	"math"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// Status is a snapshot of the autoscaler: every service's latest decision
+// with its inputs, and the notable decisions before it. Handler serves it as
+// JSON at network.AutoscalerStatusPath; `swell status` reads it there.
+type Status struct {
+	// Time is when the snapshot was taken.
+	Time time.Time `json:"time"`
+	// TickInterval is how often every service is decided, e.g. "2s".
+	TickInterval string `json:"tickInterval"`
+	// Activators are the names of the activators connected now.
+	Activators []string `json:"activators"`
+	// Services are sorted by namespace, then name.
+	Services []ServiceStatus `json:"services"`
+}
+
+// ServiceStatus is one service's state in a Status. Its decision fields
+// (DecisionStatus, flattened in JSON) are the latest decision's, valid when
+// Decided is true.
+type ServiceStatus struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Class and Metric are the service's policy and what it scales on.
+	Class  string `json:"class"`
+	Metric string `json:"metric"`
+	// TargetPerPod is the metric's value one pod should see (target ×
+	// utilization).
+	TargetPerPod float64 `json:"targetPerPod"`
+	// Pods is how many pod addresses the collector has for the service.
+	Pods int `json:"pods"`
+	// LastSample is the newest second of load collected, both metrics.
+	LastSample *SampleStatus `json:"lastSample,omitempty"`
+	// Decided says a decision was made since the service was added.
+	Decided bool `json:"decided"`
+	DecisionStatus
+	// Decisions are the last notable decisions, oldest first: those that
+	// changed the scale, panic mode or the need for the activator, those
+	// made on a poke, and the first. Unchanged ticks are not kept.
+	Decisions []DecisionStatus `json:"decisions"`
+}
+
+// SampleStatus is one second of a service's collected load.
+type SampleStatus struct {
+	Time        time.Time `json:"time"`
+	Concurrency float64   `json:"concurrency"`
+	RPS         float64   `json:"rps"`
+}
+
+// DecisionStatus is one decision with its inputs.
+type DecisionStatus struct {
+	// Time is when the decision was made; Trigger is "tick" or "poke".
+	Time    time.Time `json:"time"`
+	Trigger string    `json:"trigger"`
+	// Ready is the ready pods seen; Current the replicas the backend was
+	// asked to run at the time.
+	Ready   int `json:"ready"`
+	Current int `json:"current"`
+	// Stable and Panic are the observed metric over the stable and panic
+	// windows.
+	Stable float64 `json:"stable"`
+	Panic  float64 `json:"panic"`
+	// Desired is the policy's recommendation before bounds and scale-to-zero
+	// gating; Scale is what was handed to the executor.
+	Desired             int     `json:"desired"`
+	Scale               int     `json:"scale"`
+	PanicMode           bool    `json:"panicMode"`
+	ExcessBurstCapacity float64 `json:"excessBurstCapacity"`
+	NeedActivator       bool    `json:"needActivator"`
+	ActivatorInPath     bool    `json:"activatorInPath"`
+	// ActivatorPending is the requests held at the activators.
+	ActivatorPending int    `json:"activatorPending"`
+	Reason           string `json:"reason"`
+}
+
+// Status returns a snapshot of every service.
+func (a *Autoscaler) Status() Status {
+	a.mu.RLock()
+	list := make([]*svc, 0, len(a.services))
+	for _, s := range a.services {
+		list = append(list, s)
+	}
+	a.mu.RUnlock()
+	slices.SortFunc(list, func(x, y *svc) int {
+		return cmp.Or(cmp.Compare(x.key.Namespace, y.key.Namespace), cmp.Compare(x.key.Name, y.key.Name))
+	})
+	st := Status{
+		Time:         a.clock.Now(),
+		TickInterval: a.tick.String(),
+		Activators:   []string{},
+		Services:     make([]ServiceStatus, 0, len(list)),
+	}
+	if a.endpoint != nil {
+		st.Activators = a.endpoint.Connected()
+	}
+	for _, s := range list {
+		st.Services = append(st.Services, a.serviceStatus(s))
+	}
+	return st
+}
+
+// ServiceStatus returns one service's part of Status; ok is false for an
+// unknown service.
+func (a *Autoscaler) ServiceStatus(key service.Key) (ServiceStatus, bool) {
+	s := a.lookup(key)
+	if s == nil {
+		return ServiceStatus{}, false
+	}
+	return a.serviceStatus(s), true
+}
+
+func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
+	s.mu.Lock()
+	ss := ServiceStatus{
+		Namespace:    s.key.Namespace,
+		Name:         s.key.Name,
+		Class:        string(s.spec.Class),
+		Metric:       string(s.spec.Metric),
+		TargetPerPod: s.spec.TargetPerPod(),
+		Pods:         len(s.pods),
+		Decided:      s.decided,
+		Decisions:    make([]DecisionStatus, 0, s.n),
+	}
+	if s.decided {
+		ss.DecisionStatus = decisionStatus(s.last)
+	}
+	for i := range s.n {
+		e := s.history[(s.next-s.n+i+len(s.history))%len(s.history)]
+		ss.Decisions = append(ss.Decisions, decisionStatus(e))
+	}
+	s.mu.Unlock()
+	if ls, ok := a.engine.LastSample(s.key); ok {
+		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: finite(ls.Concurrency), RPS: finite(ls.RPS)}
+	}
+	return ss
+}
+
+func decisionStatus(e entry) DecisionStatus {
+	return DecisionStatus{
+		Time:                e.d.Now,
+		Trigger:             e.trigger(),
+		Ready:               e.d.Ready,
+		Current:             e.current,
+		Stable:              finite(e.d.Stable),
+		Panic:               finite(e.d.Panic),
+		Desired:             e.d.Desired,
+		Scale:               e.d.Scale,
+		PanicMode:           e.d.InPanic,
+		ExcessBurstCapacity: finite(e.d.ExcessBurstCapacity),
+		NeedActivator:       e.d.NeedActivator,
+		ActivatorInPath:     e.in.ActivatorInPath,
+		ActivatorPending:    e.in.ActivatorPending,
+		Reason:              e.d.Reason,
+	}
+}
+
+// finite keeps a figure encodable in JSON, which has no infinities: an
+// "always in the path" burst capacity of −Inf reads as the most negative
+// float.
+func finite(f float64) float64 {
+	switch {
+	case math.IsNaN(f):
+		return 0
+	case math.IsInf(f, 1):
+		return math.MaxFloat64
+	case math.IsInf(f, -1):
+		return -math.MaxFloat64
+	}
+	return f
+}
+
+// Handler serves the activators' websocket at
+// network.ActivatorReportPath (404 without Config.Endpoint.Tokens) and
+// Status as JSON at network.AutoscalerStatusPath; ?service=namespace/name
+// narrows the status to one service. Metrics are served by whoever owns the
+// registry.
+func (a *Autoscaler) Handler() http.Handler {
+	mux := http.NewServeMux()
+	if a.endpoint != nil {
+		mux.Handle(network.ActivatorReportPath, a.endpoint)
+	}
+	mux.HandleFunc(network.AutoscalerStatusPath, a.serveStatus)
+	return mux
+}
+
+func (a *Autoscaler) serveStatus(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "status: use GET", http.StatusMethodNotAllowed)
+		return
+	}
+	var body any
+	if q := r.URL.Query().Get("service"); q != "" {
+		key, err := service.ParseKey(q)
+		if err != nil {
+			http.Error(w, "status: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		ss, ok := a.ServiceStatus(key)
+		if !ok {
+			http.Error(w, "status: no service "+key.String(), http.StatusNotFound)
+			return
+		}
+		body = ss
+	} else {
+		body = a.Status()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(body)
+}

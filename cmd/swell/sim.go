@@ -1,0 +1,689 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/swell-run/swell/autoscaler/sim"
+	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/trace"
+)
+
+const simUsage = `Usage: swell sim [flags]
+
+Replay traffic through the autoscaler's decision core (the engine, its
+windows and the policies) on a virtual clock, with a model of pods and the
+activator, and report what it would cost and how long requests would wait.
+An hour of traffic takes seconds. Choose the input:
+  --trace FILE          a request trace (CSV, see docs/load.md)
+  --profile SHAPE       generated traffic: constant, step, onoff or spike
+  --observations FILE   recorded decider inputs (CSV t,ready,stable,panic):
+                        one decision per row to stdout as t,desired,scale,ebc,panic
+
+The autoscaling flags are the autoscaling.swell.run/* keys, checked as the
+annotations are (docs/configuration.md). --policy kpa,hpa,pid runs several
+policies on the same traffic and prints one comparison table.
+
+Examples:
+  swell sim --trace azure.csv --sleep-per-token 20ms --container-concurrency 4 --out out/
+  swell sim --profile step --rate 20 --step-rate 200 --step-at 5m --duration 30m --service-time 200ms
+  swell sim --profile onoff --rate 5 --on 2m --off 5m --duration 30m --policy kpa,hpa,pid
+  swell sim --observations decisions.csv --target 10 --initial-ready 3
+
+See docs/sim.md for the models and the outputs.
+
+Flags:
+`
+
+// simFlags are the raw values of `swell sim`'s own flags; the autoscaling
+// keys live in keys.
+type simFlags struct {
+	keys *autoscaling.Flags
+
+	traceFile     string
+	sleepBase     time.Duration
+	sleepPerToken time.Duration
+
+	profile     string
+	rate        float64
+	duration    time.Duration
+	stepRate    float64
+	stepAt      time.Duration
+	on, off     time.Duration
+	spikeRate   float64
+	spikeAt     time.Duration
+	spikeFor    time.Duration
+	arrivals    string
+	serviceTime time.Duration
+	serviceDist string
+	seed        uint64
+
+	observations string
+	initialReady int
+
+	containerConcurrency int
+	podStartup           time.Duration
+	podStartupJitter     time.Duration
+	podCapacity          int
+	queueLimit           int
+	routeDelay           time.Duration
+	policy               string
+
+	out        string
+	timeline   string
+	chart      string
+	summary    string
+	writeTrace string
+}
+
+// aliasFlag is a second name for another flag of the same set.
+type aliasFlag struct {
+	fs     *flag.FlagSet
+	target string
+}
+
+func (a aliasFlag) String() string { return "" }
+func (a aliasFlag) Set(s string) error {
+	return a.fs.Set(a.target, s)
+}
+
+// newSimFlagSet defines every flag of `swell sim`: its own and the
+// autoscaling keys.
+func newSimFlagSet(f *simFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("swell sim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.keys = autoscaling.RegisterFlags(fs)
+	defineSimFlags(fs, f)
+	return fs
+}
+
+// defineSimFlags defines `swell sim`'s own flags on fs.
+func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
+	fs.Var(aliasFlag{fs, autoscaling.KeyTickInterval}, "tick", "same as --tick-interval: the engine decides every `duration` (default 2s)")
+
+	fs.StringVar(&f.traceFile, "trace", "", "replay the arrivals in this CSV `file` (TIMESTAMP,ContextTokens,GeneratedTokens or t,service_time)")
+	fs.DurationVar(&f.sleepBase, "sleep-base", 5*time.Millisecond, "service time of a token-trace request: this fixed part...")
+	fs.DurationVar(&f.sleepPerToken, "sleep-per-token", time.Millisecond, "...plus this much per generated token")
+
+	fs.StringVar(&f.profile, "profile", "", "generate traffic of this `shape`: constant, step, onoff or spike")
+	fs.Float64Var(&f.rate, "rate", 0, "arrival rate in requests per second: throughout (constant), before the step, while on (onoff), outside the spike")
+	fs.DurationVar(&f.duration, "duration", 0, "how long requests arrive (a profile needs it; cuts a trace short)")
+	fs.Float64Var(&f.stepRate, "step-rate", 0, "the rate after --step-at (step)")
+	fs.DurationVar(&f.stepAt, "step-at", 0, "when the rate steps (step)")
+	fs.DurationVar(&f.on, "on", time.Minute, "length of each busy phase (onoff)")
+	fs.DurationVar(&f.off, "off", 2*time.Minute, "length of each silent phase (onoff)")
+	fs.Float64Var(&f.spikeRate, "spike-rate", 0, "the rate during the spike (spike)")
+	fs.DurationVar(&f.spikeAt, "spike-at", 0, "when the spike starts (spike)")
+	fs.DurationVar(&f.spikeFor, "spike-for", time.Minute, "how long the spike lasts (spike)")
+	fs.StringVar(&f.arrivals, "arrivals", sim.ArrivalsPoisson, "arrival `process`: poisson (random, seeded) or uniform (evenly spaced)")
+	fs.DurationVar(&f.serviceTime, "service-time", 100*time.Millisecond, "each generated request's work at full speed (the mean, with --service-dist exponential)")
+	fs.StringVar(&f.serviceDist, "service-dist", sim.ServiceFixed, "service-time `distribution`: fixed or exponential")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of the generated traffic and of the pods' startup jitter")
+
+	fs.StringVar(&f.observations, "observations", "", "replay the decider inputs in this CSV `file` (t,ready,stable,panic) instead of traffic")
+	fs.IntVar(&f.initialReady, "initial-ready", 0, "`N` pods running and ready at the start (an autoscaler restart)")
+
+	fs.IntVar(&f.containerConcurrency, "container-concurrency", 0, "hard limit of requests in service per pod (0: none); also the default target")
+	fs.DurationVar(&f.podStartup, "pod-startup", 2*time.Second, "how long a pod takes to become ready")
+	fs.DurationVar(&f.podStartupJitter, "pod-startup-jitter", 0, "add up to this much, drawn uniformly, to each pod's startup")
+	fs.IntVar(&f.podCapacity, "pod-capacity", 0, "`N` requests a pod serves at full speed; beyond, they share it and slow down (0: --container-concurrency, or unlimited)")
+	fs.IntVar(&f.queueLimit, "queue-limit", 0, "reject requests beyond `N` waiting at the activator or at one pod's queue-proxy (0: unbounded)")
+	fs.DurationVar(&f.routeDelay, "route-delay", 0, "how long switching traffic between the activator and the pods takes")
+	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid (one is the same as --class)")
+
+	fs.StringVar(&f.out, "out", "", "write timeline.csv, summary.txt, summary.json and chart.svg into this `directory` (one subdirectory per policy with several)")
+	fs.StringVar(&f.timeline, "timeline", "", "write the timeline CSV to this `file` (one policy)")
+	fs.StringVar(&f.chart, "chart", "", "write the SVG chart to this `file` (one policy)")
+	fs.StringVar(&f.summary, "summary", "", "write the summary to this `file` (one policy)")
+	fs.StringVar(&f.writeTrace, "write-trace", "", "write the simulated requests as a t,service_time trace to this `file`, for swell load --trace")
+}
+
+// simPlan is what parseSim makes of the command line.
+type simPlan struct {
+	// observations mode
+	observations []sim.Observation
+	initialReady int
+
+	// traffic mode
+	specs   []autoscaling.Spec
+	cfg     sim.Config
+	records []trace.Record
+	profile *sim.Profile
+	traffic string // a description for the summary
+
+	out, timeline, chart, summary, writeTrace string
+}
+
+func (p *simPlan) source() sim.Source {
+	if p.profile != nil {
+		return p.profile.Source()
+	}
+	return sim.Trace(p.records)
+}
+
+// Flags of each input; a flag given without its input is a mistake.
+var (
+	traceOnlyFlags   = []string{"sleep-base", "sleep-per-token"}
+	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
+	trafficOnlyFlags = []string{"duration", "seed", "pod-startup", "pod-startup-jitter", "pod-capacity", "queue-limit", "route-delay",
+		"out", "timeline", "chart", "summary", "write-trace", "tick", autoscaling.KeyTickInterval}
+	shapeFlags = map[string][]sim.Shape{
+		"step-rate":  {sim.ShapeStep},
+		"step-at":    {sim.ShapeStep},
+		"on":         {sim.ShapeOnOff},
+		"off":        {sim.ShapeOnOff},
+		"spike-rate": {sim.ShapeSpike},
+		"spike-at":   {sim.ShapeSpike},
+		"spike-for":  {sim.ShapeSpike},
+	}
+)
+
+// classes are the policies --policy accepts.
+var classes = []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID}
+
+func runSim(ctx context.Context, args []string, s streams) int {
+	p, err := parseSim(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(s.stdout, simUsage)
+		var f simFlags
+		own := flag.NewFlagSet("swell sim", flag.ContinueOnError)
+		defineSimFlags(own, &f)
+		printFlags(s.stdout, own)
+		fmt.Fprint(s.stdout, "\nAutoscaling keys (the autoscaling.swell.run/* annotations; --tick-interval and the\nother cluster-wide settings included):\n")
+		keys := flag.NewFlagSet("swell sim", flag.ContinueOnError)
+		autoscaling.RegisterFlags(keys)
+		printFlags(s.stdout, keys)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(s.stderr, "swell sim: %v\nRun 'swell sim --help' for usage.\n", err)
+		return 2
+	}
+	if p.observations != nil {
+		if err := sim.ReplayObservations(s.stdout, p.observations, p.specs[0], p.initialReady); err != nil {
+			fmt.Fprintf(s.stderr, "swell sim: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if err := simulate(ctx, p, s); err != nil {
+		fmt.Fprintf(s.stderr, "swell sim: %v\n", err)
+		if errors.Is(err, context.Canceled) {
+			return 130
+		}
+		return 1
+	}
+	return 0
+}
+
+// parseSim checks every flag and combination, reporting mistakes by flag
+// name, and reads the input file.
+func parseSim(args []string) (*simPlan, error) {
+	var f simFlags
+	fs := newSimFlagSet(&f)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, &usageError{msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return nil, usagef("unexpected argument %q: swell sim takes flags only", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+
+	var inputs []string
+	for _, m := range []string{"trace", "profile", "observations"} {
+		if set[m] {
+			inputs = append(inputs, "--"+m)
+		}
+	}
+	const choose = "choose one input: --trace FILE, --profile SHAPE (constant, step, onoff, spike) or --observations FILE"
+	switch len(inputs) {
+	case 0:
+		return nil, usagef("no input given: %s", choose)
+	case 1:
+	default:
+		return nil, usagef("%s cannot be combined: %s", strings.Join(inputs, " and "), choose)
+	}
+	input := inputs[0]
+	notWith := func(names []string, why string) error {
+		for _, n := range names {
+			if set[n] {
+				return usagef("--%s %s", n, why)
+			}
+		}
+		return nil
+	}
+	if input != "--trace" {
+		if err := notWith(traceOnlyFlags, "applies to a token trace only: add --trace FILE"); err != nil {
+			return nil, err
+		}
+	}
+	if input != "--profile" {
+		if err := notWith(profileOnlyFlags, "applies to generated traffic only: add --profile SHAPE"); err != nil {
+			return nil, err
+		}
+	}
+	if input == "--observations" {
+		if err := notWith(trafficOnlyFlags, "applies to traffic (--trace or --profile), not to --observations"); err != nil {
+			return nil, err
+		}
+	} else if set["initial-ready"] && f.initialReady < 0 {
+		return nil, usagef("--initial-ready %d: accepted is a number of pods of 0 or more", f.initialReady)
+	}
+
+	// The policies: --policy, or --class, or the default.
+	var policies []string
+	if set["policy"] {
+		if set[autoscaling.KeyClass] {
+			return nil, usagef("--policy and --class cannot be combined: --policy kpa,hpa runs each class in turn")
+		}
+		for _, name := range strings.Split(f.policy, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(classes, autoscaling.Class(name)) {
+				return nil, usagef("--policy %q: %q is not a class; accepted is a comma-separated list of %s", f.policy, name, classList())
+			}
+			if slices.Contains(policies, name) {
+				return nil, usagef("--policy %q: %s is listed twice", f.policy, name)
+			}
+			policies = append(policies, name)
+		}
+		if input == "--observations" && len(policies) > 1 {
+			return nil, usagef("--policy %q: --observations replays one decider; give one class", f.policy)
+		}
+	}
+	p := &simPlan{}
+	var defaults autoscaling.Defaults
+	resolve := func() error {
+		spec, d, err := f.keys.Resolve(f.containerConcurrency, autoscaling.DefaultDefaults())
+		if err != nil {
+			return &usageError{msg: err.Error()}
+		}
+		p.specs = append(p.specs, spec)
+		defaults = d
+		return nil
+	}
+	if len(policies) == 0 {
+		if err := resolve(); err != nil {
+			return nil, err
+		}
+	}
+	for _, name := range policies {
+		if err := fs.Set(autoscaling.KeyClass, name); err != nil {
+			return nil, err
+		}
+		if err := resolve(); err != nil {
+			return nil, err
+		}
+	}
+
+	if input == "--observations" {
+		if f.initialReady < 0 {
+			return nil, usagef("--initial-ready %d: accepted is a number of pods of 0 or more", f.initialReady)
+		}
+		file, err := os.Open(f.observations)
+		if err != nil {
+			return nil, usagef("--observations: %v", err)
+		}
+		defer file.Close()
+		rows, err := sim.ReadObservations(file)
+		if err != nil {
+			return nil, usagef("--observations %s: %v", f.observations, err)
+		}
+		if rows == nil {
+			rows = []sim.Observation{}
+		}
+		p.observations, p.initialReady = rows, f.initialReady
+		return p, nil
+	}
+
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{{"pod-startup", f.podStartup}, {"pod-startup-jitter", f.podStartupJitter}, {"route-delay", f.routeDelay}}
+	for _, d := range durations {
+		if d.d < 0 {
+			return nil, usagef("--%s %s: accepted is a duration of 0 or more, such as 2s", d.name, d.d)
+		}
+	}
+	switch {
+	case f.podCapacity < 0:
+		return nil, usagef("--pod-capacity %d: accepted is 0 (--container-concurrency, or unlimited) or a number of requests", f.podCapacity)
+	case f.queueLimit < 0:
+		return nil, usagef("--queue-limit %d: accepted is 0 (unbounded) or a number of requests", f.queueLimit)
+	case set["duration"] && f.duration <= 0:
+		return nil, usagef("--duration %s: accepted is a positive duration, such as 30m", f.duration)
+	}
+	if len(p.specs) > 1 {
+		if err := notWith([]string{"timeline", "chart", "summary"}, "writes one policy's output: with several policies use --out DIR"); err != nil {
+			return nil, err
+		}
+	}
+	p.cfg = sim.Config{
+		Tick: defaults.TickInterval,
+		Pods: sim.PodModel{
+			StartupDelay:  f.podStartup,
+			StartupJitter: f.podStartupJitter,
+			Capacity:      f.podCapacity,
+		},
+		QueueLimit:   f.queueLimit,
+		RouteDelay:   f.routeDelay,
+		InitialReady: f.initialReady,
+		Duration:     f.duration,
+		Seed:         f.seed,
+	}
+	p.out, p.timeline, p.chart, p.summary, p.writeTrace = f.out, f.timeline, f.chart, f.summary, f.writeTrace
+
+	if input == "--trace" {
+		for _, name := range []string{"sleep-base", "sleep-per-token"} {
+			d := f.sleepBase
+			if name == "sleep-per-token" {
+				d = f.sleepPerToken
+			}
+			if d < 0 {
+				return nil, usagef("--%s %s: accepted is a duration of 0 or more, such as 5ms", name, d)
+			}
+		}
+		tr, err := trace.ReadFile(f.traceFile, trace.Model{Base: f.sleepBase, PerToken: f.sleepPerToken})
+		if err != nil {
+			return nil, usagef("--trace %s: %v", f.traceFile, err)
+		}
+		if len(tr.Records) == 0 {
+			return nil, usagef("--trace %s: the trace has no rows", f.traceFile)
+		}
+		if tr.Format == trace.FormatService {
+			if err := notWith(traceOnlyFlags, "applies to token traces; "+f.traceFile+" gives each request's service time itself"); err != nil {
+				return nil, err
+			}
+		}
+		if f.duration > 0 && tr.Records[0].Arrival >= f.duration {
+			return nil, usagef("--duration %s ends before the trace's first arrival (%s)", f.duration, tr.Records[0].Arrival)
+		}
+		p.records = tr.Records
+		n := len(tr.Records)
+		if f.duration > 0 {
+			n, _ = slices.BinarySearchFunc(tr.Records, f.duration, func(r trace.Record, d time.Duration) int {
+				return cmpDuration(r.Arrival, d)
+			})
+		}
+		p.traffic = fmt.Sprintf("trace %s: %d requests over %s", filepath.Base(f.traceFile), n, tr.Records[n-1].Arrival.Round(time.Second))
+		if tr.Format == trace.FormatTokens {
+			p.traffic += fmt.Sprintf(", service time %s + %s per generated token", f.sleepBase, f.sleepPerToken)
+		}
+		return p, nil
+	}
+
+	shape := sim.Shape(f.profile)
+	if !slices.Contains(sim.Shapes, shape) {
+		return nil, usagef("--profile %q: accepted are %s", f.profile, shapeNames())
+	}
+	for name, shapes := range shapeFlags {
+		if set[name] && !slices.Contains(shapes, shape) {
+			return nil, usagef("--%s applies to --profile %s, not %s", name, shapes[0], shape)
+		}
+	}
+	if !set["duration"] {
+		return nil, usagef("--profile needs --duration: how long requests arrive, such as 30m")
+	}
+	prof := sim.Profile{
+		Shape: shape, Rate: f.rate, Duration: f.duration,
+		StepRate: f.stepRate, StepAt: f.stepAt,
+		On: f.on, Off: f.off,
+		SpikeRate: f.spikeRate, SpikeAt: f.spikeAt, SpikeFor: f.spikeFor,
+		Arrivals: f.arrivals, ServiceTime: f.serviceTime, ServiceDist: f.serviceDist,
+		Seed: f.seed,
+	}
+	if err := prof.Validate(); err != nil {
+		return nil, &usageError{msg: err.Error()}
+	}
+	p.profile = &prof
+	p.traffic = describeProfile(prof)
+	return p, nil
+}
+
+func cmpDuration(a, b time.Duration) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func classList() string {
+	n := make([]string, len(classes))
+	for i, c := range classes {
+		n[i] = string(c)
+	}
+	return strings.Join(n, ", ")
+}
+
+func shapeNames() string {
+	n := make([]string, len(sim.Shapes))
+	for i, s := range sim.Shapes {
+		n[i] = string(s)
+	}
+	return strings.Join(n, ", ")
+}
+
+func describeProfile(p sim.Profile) string {
+	rate := func(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) + "/s" }
+	var b strings.Builder
+	fmt.Fprintf(&b, "profile %s for %s: ", p.Shape, p.Duration)
+	switch p.Shape {
+	case sim.ShapeConstant:
+		b.WriteString(rate(p.Rate))
+	case sim.ShapeStep:
+		fmt.Fprintf(&b, "%s, then %s from %s", rate(p.Rate), rate(p.StepRate), p.StepAt)
+	case sim.ShapeOnOff:
+		fmt.Fprintf(&b, "%s for %s, silent for %s, repeated", rate(p.Rate), p.On, p.Off)
+	case sim.ShapeSpike:
+		fmt.Fprintf(&b, "%s, %s from %s for %s", rate(p.Rate), rate(p.SpikeRate), p.SpikeAt, p.SpikeFor)
+	}
+	dist := "fixed"
+	if p.ServiceDist == sim.ServiceExponential {
+		dist = "exponential, mean"
+	}
+	arrivals := p.Arrivals
+	if arrivals == "" {
+		arrivals = sim.ArrivalsPoisson
+	}
+	fmt.Fprintf(&b, "; %s arrivals, seed %d; service time %s %s", arrivals, p.Seed, dist, p.ServiceTime)
+	return b.String()
+}
+
+// simulate runs every policy of p, concurrently up to the machine's cores,
+// and writes the outputs.
+func simulate(ctx context.Context, p *simPlan, s streams) error {
+	if p.writeTrace != "" {
+		if err := writeTraceFile(p.writeTrace, p.source(), p.cfg.Duration); err != nil {
+			return err
+		}
+	}
+	results := make([]*sim.Result, len(p.specs))
+	errs := make([]error, len(p.specs))
+	elapsed := make([]time.Duration, len(p.specs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, spec := range p.specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cfg := p.cfg
+			cfg.Spec = spec
+			start := time.Now()
+			results[i], errs[i] = sim.Run(ctx, cfg, p.source())
+			elapsed[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i, r := range results {
+		fmt.Fprintf(s.stderr, "swell sim: %s: simulated %s in %s\n", r.Summary.Class, r.Summary.Duration, elapsed[i].Round(time.Millisecond))
+	}
+
+	if len(results) == 1 {
+		r := results[0]
+		var text bytes.Buffer
+		fmt.Fprintf(&text, "%-12s %s\n", "traffic", p.traffic)
+		if err := sim.WriteSummary(&text, r.Summary); err != nil {
+			return err
+		}
+		if _, err := s.stdout.Write(text.Bytes()); err != nil {
+			return err
+		}
+		if p.out != "" {
+			if err := writeOutputs(p.out, p, r, text.Bytes()); err != nil {
+				return err
+			}
+		}
+		files := []struct {
+			path  string
+			write func(io.Writer) error
+		}{
+			{p.timeline, func(w io.Writer) error { return sim.WriteTimeline(w, r.Timeline) }},
+			{p.chart, func(w io.Writer) error { return sim.WriteChart(w, r.Timeline, p.specs[0].Metric, chartTitle(p, r)) }},
+			{p.summary, func(w io.Writer) error { _, err := w.Write(text.Bytes()); return err }},
+		}
+		for _, f := range files {
+			if f.path != "" {
+				if err := writeFile(f.path, f.write); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+
+	sums := make([]sim.Summary, len(results))
+	for i, r := range results {
+		sums[i] = r.Summary
+	}
+	var table bytes.Buffer
+	fmt.Fprintf(&table, "%s\n\n", p.traffic)
+	if err := sim.WriteComparison(&table, sums); err != nil {
+		return err
+	}
+	if _, err := s.stdout.Write(table.Bytes()); err != nil {
+		return err
+	}
+	if p.out == "" {
+		return nil
+	}
+	for _, r := range results {
+		var text bytes.Buffer
+		fmt.Fprintf(&text, "%-12s %s\n", "traffic", p.traffic)
+		if err := sim.WriteSummary(&text, r.Summary); err != nil {
+			return err
+		}
+		if err := writeOutputs(filepath.Join(p.out, string(r.Summary.Class)), p, r, text.Bytes()); err != nil {
+			return err
+		}
+	}
+	return writeFile(filepath.Join(p.out, "comparison.txt"), func(w io.Writer) error {
+		_, err := w.Write(table.Bytes())
+		return err
+	})
+}
+
+func chartTitle(p *simPlan, r *sim.Result) string {
+	s := r.Summary
+	return fmt.Sprintf("%s · pod-seconds %.0f · cold starts %d · waited %d (p99 %s) · rejected %d",
+		s.Class, s.PodSeconds, s.ColdStarts, s.Waited, s.WaitP99.Round(time.Millisecond), s.Rejected)
+}
+
+// writeOutputs writes one policy's files into dir.
+func writeOutputs(dir string, p *simPlan, r *sim.Result, summaryText []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	files := []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"timeline.csv", func(w io.Writer) error { return sim.WriteTimeline(w, r.Timeline) }},
+		{"summary.txt", func(w io.Writer) error { _, err := w.Write(summaryText); return err }},
+		{"summary.json", func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(struct {
+				Traffic string `json:"traffic"`
+				sim.Summary
+			}{p.traffic, r.Summary})
+		}},
+		{"chart.svg", func(w io.Writer) error {
+			return sim.WriteChart(w, r.Timeline, p.specs[0].Metric, chartTitle(p, r))
+		}},
+	}
+	for _, f := range files {
+		if err := writeFile(filepath.Join(dir, f.name), f.write); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes a whole file, reporting any failure with its path.
+func writeFile(path string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	bw := bufio.NewWriter(f)
+	err = write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeTraceFile writes src's requests before cut (0: all) as a
+// t,service_time trace.
+func writeTraceFile(path string, src sim.Source, cut time.Duration) error {
+	return writeFile(path, func(w io.Writer) error {
+		if _, err := io.WriteString(w, trace.HeaderService+"\n"); err != nil {
+			return err
+		}
+		var buf []byte
+		for {
+			r, ok := src.Next()
+			if !ok || (cut > 0 && r.Arrival >= cut) {
+				return nil
+			}
+			buf = strconv.AppendFloat(buf[:0], r.Arrival.Seconds(), 'f', -1, 64)
+			buf = append(buf, ',')
+			buf = strconv.AppendFloat(buf, r.Work.Seconds(), 'f', -1, 64)
+			buf = append(buf, '\n')
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+	})
+}

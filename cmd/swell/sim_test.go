@@ -1,0 +1,152 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	obs := writeTemp(t, "obs.csv", "t,ready,stable,panic\n0,1,1,1\n")
+	badObs := writeTemp(t, "bad.csv", "t,ready,stable,panic\n0,1,1,1\n2,one,1,1\n")
+	svc := writeTemp(t, "svc.csv", "t,service_time\n0,0.1\n")
+	tests := []struct {
+		args     string
+		contains string
+	}{
+		{"", "no input given: choose one input: --trace FILE, --profile SHAPE"},
+		{"--trace x.csv --profile step", "--trace and --profile cannot be combined"},
+		{"--profile wave --duration 1m --rate 1", `--profile "wave": accepted are constant, step, onoff, spike`},
+		{"--profile constant --rate 1", "--profile needs --duration"},
+		{"--profile constant --rate 0 --duration 1m", "--rate 0: accepted is a number of requests per second above 0"},
+		{"--profile constant --rate 1 --duration 1m --step-rate 5", "--step-rate applies to --profile step, not constant"},
+		{"--profile step --rate 1 --step-rate 5 --step-at 2m --duration 1m", "--step-at 2m0s: accepted is a time from 0 to before --duration 1m0s"},
+		{"--profile constant --rate 1 --duration 1m --arrivals bursty", `--arrivals "bursty": accepted are poisson and uniform`},
+		{"--profile constant --rate 1 --duration 1m --window 5s", `--window: "5s" is out of range; accepted: a duration from 6s`},
+		{"--profile constant --rate 1 --duration 1m --target x", `--target: "x" is not a number`},
+		{"--profile constant --rate 1 --duration 1m --tick 1ms", `--tick-interval: "1ms" is out of range; accepted: a duration from 100ms to 1m`},
+		{"--profile constant --rate 1 --duration 1m --container-concurrency -1", `--container-concurrency: "-1" is out of range`},
+		{"--profile constant --rate 1 --duration 1m --min-scale 3 --max-scale 2", `--min-scale: "3" is greater than max-scale 2`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,foo", `--policy "kpa,foo": "foo" is not a class; accepted is a comma-separated list of kpa, hpa, exponential, pid`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa", "kpa is listed twice"},
+		{"--profile constant --rate 1 --duration 1m --policy kpa --class hpa", "--policy and --class cannot be combined"},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa --chart x.svg", "--chart writes one policy's output: with several policies use --out DIR"},
+		{"--profile constant --rate 1 --duration 1m --pod-startup -1s", "--pod-startup -1s: accepted is a duration of 0 or more"},
+		{"--profile constant --rate 1 --duration 1m --queue-limit -2", "--queue-limit -2: accepted is 0 (unbounded) or a number of requests"},
+		{"--profile constant --rate 1 --duration 1m --sleep-base 1ms", "--sleep-base applies to a token trace only"},
+		{"--trace " + svc + " --rate 5", "--rate applies to generated traffic only: add --profile SHAPE"},
+		{"--trace " + svc + " --sleep-per-token 2ms", "--sleep-per-token applies to token traces"},
+		{"--trace nope.csv", "--trace nope.csv: read trace: open nope.csv"},
+		{"--observations " + obs + " --out dir", "--out applies to traffic (--trace or --profile), not to --observations"},
+		{"--observations " + obs + " --policy kpa,hpa", "--observations replays one decider; give one class"},
+		{"--observations " + obs + " --initial-ready -1", "--initial-ready -1: accepted is a number of pods of 0 or more"},
+		{"--observations " + badObs, "--observations " + badObs + `: line 3: ready "one": accepted is a whole number of pods of 0 or more`},
+		{"--observations " + obs + " extra", `unexpected argument "extra"`},
+		{"--observations " + obs + " --no-such-flag", "flag provided but not defined: -no-such-flag"},
+	}
+	for _, tt := range tests {
+		args := append([]string{"sim"}, strings.Fields(tt.args)...)
+		code, out, errs := swell(t, args...)
+		if code != 2 || !strings.Contains(errs, tt.contains) || out != "" {
+			t.Errorf("swell %s: exit %d, stdout %q, stderr %q; want exit 2, no output, stderr mentioning %q", strings.Join(args, " "), code, out, errs, tt.contains)
+		}
+	}
+}
+
+func TestSimHelp(t *testing.T) {
+	code, out, _ := swell(t, "sim", "--help")
+	for _, want := range []string{"Usage: swell sim", "--observations file", "--target-burst-capacity", "--pod-startup duration", "(default 2s)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("swell sim --help: exit %d, output lacks %q", code, want)
+		}
+	}
+}
+
+func TestSimObservations(t *testing.T) {
+	obs := writeTemp(t, "obs.csv", "t,ready,stable,panic\n0,10,70,70\n2.5,2,14,70\n")
+	code, out, errs := swell(t, "sim", "--observations", obs, "--target", "10", "--target-utilization-percentage", "70")
+	// 70 at 7 per pod is 10 pods; then the panic window asks for 10 of 2
+	// ready pods (500% ≥ 200%): panic, holding 10.
+	want := "t,desired,scale,ebc,panic\n0,10,10,-181,false\n2.5,10,10,-261,true\n"
+	if code != 0 || out != want || errs != "" {
+		t.Errorf("exit %d\nstdout %q\nstderr %q\nwant %q", code, out, errs, want)
+	}
+}
+
+func TestSimTraffic(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := swell(t, "sim", "--profile", "constant", "--rate", "10", "--duration", "10s", "--arrivals", "uniform",
+		"--service-time", "500ms", "--target", "1", "--target-utilization-percentage", "100", "--initial-ready", "5",
+		"--out", dir, "--write-trace", filepath.Join(dir, "trace.csv"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"traffic      profile constant for 10s: 10/s; uniform arrivals", "55.0 pod-seconds", "100 arrived, 100 completed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{"timeline.csv", "summary.txt", "summary.json", "chart.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	var sum struct {
+		Traffic    string  `json:"traffic"`
+		PodSeconds float64 `json:"pod_seconds"`
+		Requests   int     `json:"requests"`
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil || json.Unmarshal(b, &sum) != nil || sum.PodSeconds != 55 || sum.Requests != 100 || sum.Traffic == "" {
+		t.Errorf("summary.json %s: %v %+v", b, err, sum)
+	}
+	tl, _ := os.ReadFile(filepath.Join(dir, "timeline.csv"))
+	if lines := strings.Count(string(tl), "\n"); lines != 12 {
+		t.Errorf("timeline has %d lines, want a header and 11 seconds", lines)
+	}
+
+	// The trace written replays the same traffic.
+	code, out2, errs := swell(t, "sim", "--trace", filepath.Join(dir, "trace.csv"), "--target", "1",
+		"--target-utilization-percentage", "100", "--initial-ready", "5")
+	_, rest, _ := strings.Cut(out, "\n")
+	_, rest2, _ := strings.Cut(out2, "\n")
+	if code != 0 || rest != rest2 {
+		t.Errorf("replaying the written trace: exit %d %s\n%s\nwant\n%s", code, errs, rest2, rest)
+	}
+}
+
+func TestSimComparison(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := swell(t, "sim", "--profile", "onoff", "--rate", "2", "--on", "1m", "--off", "2m", "--duration", "6m",
+		"--policy", "kpa,hpa,pid", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 || !strings.HasPrefix(lines[0], "profile onoff") ||
+		lines[2] != "policy  pod-seconds  cold starts  waited  p99 wait  rejected  max pods" {
+		t.Fatalf("table:\n%s", out)
+	}
+	for i, class := range []string{"kpa", "hpa", "pid"} {
+		if !strings.HasPrefix(lines[3+i], class+" ") {
+			t.Errorf("row %d: %q, want %s", i, lines[3+i], class)
+		}
+		if _, err := os.Stat(filepath.Join(dir, class, "chart.svg")); err != nil {
+			t.Error(err)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "comparison.txt")); err != nil || string(b) != out {
+		t.Errorf("comparison.txt %q, %v", b, err)
+	}
+}

@@ -55,6 +55,10 @@ const (
 	ReasonDraining        = "draining"
 )
 
+// ReasonUnknownService is the activator's reason for a 404: the request's
+// Host or ServiceHeader names no service it knows.
+const ReasonUnknownService = "unknown-service"
+
 // Default ports of the queue-proxy (the same numbers as Knative's, so
 // dashboards and habits carry over).
 const (

@@ -1,0 +1,251 @@
+// Package activator holds requests for services that have no pod, or too
+// little spare capacity, until a pod can take them, and proxies them there.
+//
+// The chain, top to bottom: routing (Host or the Swell-Service header → a
+// service) → the service's throttler (a breaker whose capacity follows the
+// probed, routable pods; FIFO, bounded queue and wait) → capacity-aware load
+// balancing over the routable pods → a reverse proxy to the pod's
+// queue-proxy, retried on another pod when one refuses the connection.
+// docs/activator.md describes the behaviour.
+package activator
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/breaker"
+	"github.com/swell-run/swell/pkg/stats"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultQueueDepth        = 10000
+	DefaultQueueTimeout      = 5 * time.Minute
+	DefaultProbeInterval     = 25 * time.Millisecond
+	DefaultProbeFastWindow   = 30 * time.Second
+	DefaultProbeSlowInterval = time.Second
+	DefaultProbeTimeout      = time.Second
+	DefaultDialTimeout       = 2 * time.Second
+)
+
+// Config configures an Activator. Only Source is required.
+type Config struct {
+	// Source supplies services and pods.
+	Source Source
+	// ClusterDomain is the suffix of cluster-local names
+	// (<name>.<ns>.svc.<ClusterDomain>); DefaultClusterDomain if empty.
+	ClusterDomain string
+	// QueueDepth is how many requests may wait per service; one more gets
+	// 503. DefaultQueueDepth if 0.
+	QueueDepth int
+	// QueueTimeout bounds how long a request waits for a pod before a
+	// 504; set it to the request timeout. DefaultQueueTimeout if 0.
+	QueueTimeout time.Duration
+	// ProbeInterval is the delay between probes of a pod not yet ready,
+	// during ProbeFastWindow after it appeared; ProbeSlowInterval after.
+	ProbeInterval, ProbeFastWindow, ProbeSlowInterval time.Duration
+	// ProbeTimeout bounds one probe; DialTimeout one connection to a pod.
+	ProbeTimeout, DialTimeout time.Duration
+	// Poke, if set, is called with the service key whenever a request
+	// arrives for a service with no routable pod. It runs on the request
+	// path and must not block (a non-blocking channel send); the caller
+	// coalesces repeated pokes.
+	Poke func(service string)
+	// Registerer receives the Prometheus metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Clock is the time source; the real clock if nil.
+	Clock clock.WithDelayedExecution
+	// Logger; a no-op logger if nil.
+	Logger *zap.Logger
+}
+
+// Activator is the activator's request handler. Call Run to follow the
+// Source; until then it knows no service and answers 404.
+type Activator struct {
+	cfg         Config
+	clk         clock.WithDelayedExecution
+	log         *zap.Logger
+	metrics     *metrics
+	proxy       *httputil.ReverseProxy
+	probeClient *http.Client
+
+	table atomic.Pointer[routeTable]
+	// tableChanged is closed and replaced on each table publish.
+	tableChanged atomic.Pointer[chan struct{}]
+
+	// Test hooks, nil in production: a request is about to queue; a
+	// request finished with the status recorded.
+	onQueued func(service string)
+	onDone   func(service string, code int)
+
+	mu      sync.Mutex // serialises sync
+	base    atomic.Pointer[context.Context]
+	probers sync.WaitGroup
+}
+
+// New returns an Activator, or an error naming a bad Config field.
+func New(cfg Config) (*Activator, error) {
+	if cfg.Source == nil {
+		return nil, fmt.Errorf("activator: Config.Source is nil")
+	}
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.QueueDepth < 0 || cfg.QueueDepth > breaker.MaxCapacity {
+		return nil, fmt.Errorf("activator: queue depth %d out of range: want 1..%d", cfg.QueueDepth, breaker.MaxCapacity)
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+		n   string
+	}{
+		{&cfg.QueueTimeout, DefaultQueueTimeout, "queue timeout"},
+		{&cfg.ProbeInterval, DefaultProbeInterval, "probe interval"},
+		{&cfg.ProbeFastWindow, DefaultProbeFastWindow, "probe fast window"},
+		{&cfg.ProbeSlowInterval, DefaultProbeSlowInterval, "probe slow interval"},
+		{&cfg.ProbeTimeout, DefaultProbeTimeout, "probe timeout"},
+		{&cfg.DialTimeout, DefaultDialTimeout, "dial timeout"},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < 0 {
+			return nil, fmt.Errorf("activator: %s %v is negative: want a positive duration or 0 for the default", d.n, *d.v)
+		}
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = DefaultClusterDomain
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	a := &Activator{
+		cfg:         cfg,
+		clk:         cfg.Clock,
+		log:         cfg.Logger,
+		metrics:     m,
+		proxy:       newProxy(cfg.Logger, cfg.DialTimeout),
+		probeClient: newProbeClient(),
+	}
+	a.table.Store(newRouteTable())
+	ch := make(chan struct{})
+	a.tableChanged.Store(&ch)
+	return a, nil
+}
+
+// ServeHTTP routes r to its service, or answers 404.
+func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s := a.table.Load().lookup(r); s != nil {
+		s.ServeHTTP(w, r)
+		return
+	}
+	notFound(w, r)
+}
+
+// Run follows the Source until ctx ends, then stops all probing and
+// returns once the probers have.
+func (a *Activator) Run(ctx context.Context) error {
+	a.base.Store(&ctx)
+	a.sync(a.cfg.Source.Services())
+	for {
+		select {
+		case <-ctx.Done():
+			a.probers.Wait()
+			return nil
+		case <-a.cfg.Source.Changed():
+			a.sync(a.cfg.Source.Services())
+		}
+	}
+}
+
+// baseContext is the context probers run under.
+func (a *Activator) baseContext() context.Context {
+	if p := a.base.Load(); p != nil {
+		return *p
+	}
+	return context.Background()
+}
+
+// sync applies the Source's current services: it updates the services it
+// has, creates new ones, closes vanished ones and publishes a new routing
+// table.
+func (a *Activator) sync(services []Service) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.table.Load()
+	next := newRouteTable()
+	for _, sv := range services {
+		if err := stats.ValidateServiceKey(sv.Key); err != nil {
+			a.log.Error("ignoring service", zap.Error(err))
+			continue
+		}
+		if next.byKey[sv.Key] != nil {
+			a.log.Error("ignoring duplicate service", zap.String("service", sv.Key))
+			continue
+		}
+		s := old.byKey[sv.Key]
+		if s == nil {
+			s = a.newService(sv.Key)
+		}
+		s.update(sv)
+		next.byKey[sv.Key] = s
+		names := append(clusterLocalNames(sv.Key, a.cfg.ClusterDomain), sv.Hosts...)
+		for _, h := range names {
+			h = normalizeHost(h)
+			if other := next.byHost[h]; other != nil && other != s {
+				a.log.Error("host claimed by two services; keeping the first",
+					zap.String("host", h), zap.String("service", sv.Key), zap.String("first", other.key))
+				continue
+			}
+			next.byHost[h] = s
+		}
+	}
+	for key, s := range old.byKey {
+		if next.byKey[key] == nil {
+			s.close()
+		}
+	}
+	a.table.Store(next)
+	ch := make(chan struct{})
+	close(*a.tableChanged.Swap(&ch))
+}
+
+// Trackers yields each service's key and its stats.Tracker, for the reporter
+// to call Report on each period. Requests are tracked from the moment they
+// enter the throttler (time queued counts) with proxied=false.
+func (a *Activator) Trackers() iter.Seq2[string, *stats.Tracker] {
+	return func(yield func(string, *stats.Tracker) bool) {
+		for key, s := range a.table.Load().byKey {
+			if !yield(key, s.tracker) {
+				return
+			}
+		}
+	}
+}
+
+// Routable returns how many pods of the service may take traffic now, and
+// whether the activator knows the service.
+func (a *Activator) Routable(service string) (int, bool) {
+	s := a.table.Load().byKey[service]
+	if s == nil {
+		return 0, false
+	}
+	return s.routableCount(), true
+}

@@ -1,0 +1,303 @@
+package activator
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// TestColdStart: a request for a service with no pod pokes at once, waits,
+// and is served once a pod is added and its probe passes.
+func TestColdStart(t *testing.T) {
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1})
+	pokes := make(chan string, 10)
+	e := newEnv(t, src, func(c *Config) {
+		c.Poke = func(s string) {
+			select {
+			case pokes <- s:
+			default:
+			}
+		}
+	}, nil)
+	e.waitRoutable(t, "default/hello", 0)
+
+	type result struct {
+		code int
+		body string
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, body := e.get(t, "hello.default", nil)
+		done <- result{res.StatusCode, body}
+	}()
+	if got := recv(t, pokes, "poke"); got != "default/hello" {
+		t.Fatalf("poke for %q, want default/hello", got)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("request answered %d %q with no pod", r.code, r.body)
+	default:
+	}
+
+	pod := newFakePod(t, "p1", true)
+	src.Set(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	r := recv(t, done, "response")
+	if r.code != http.StatusOK || r.body != "p1" {
+		t.Fatalf("got %d %q, want 200 p1", r.code, r.body)
+	}
+	if n := metric(t, e.reg, "swell_activator_cold_start_seconds", nil); n != 1 {
+		t.Errorf("cold start observations %v, want 1", n)
+	}
+	if n := metric(t, e.reg, "swell_activator_requests_total", map[string]string{"service": "default/hello", "status_class": "2xx"}); n != 1 {
+		t.Errorf("2xx count %v, want 1", n)
+	}
+	// A warm service is not poked.
+	e.get(t, "hello.default", nil)
+	select {
+	case s := <-pokes:
+		t.Errorf("poke for %s with a routable pod", s)
+	default:
+	}
+}
+
+// TestProbeGatesTraffic: a pod gets no traffic until its queue-proxy says it
+// is ready; the prober retries on the ProbeInterval.
+func TestProbeGatesTraffic(t *testing.T) {
+	pod := newFakePod(t, "p1", false)
+	pod.probes = make(chan struct{}, 100)
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	queued := make(chan string, 1)
+	e := newEnv(t, src, nil, func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
+	recv(t, pod.probes, "first probe")
+	// Failed probes are retried on the fake clock. Only the prober waits
+	// on it until a request queues.
+	for i := 0; i < 2; i++ {
+		waitForTimer(t, e)
+		e.clk.Step(DefaultProbeInterval)
+		recv(t, pod.probes, "probe retry")
+	}
+	waitForTimer(t, e)
+
+	done := make(chan int, 1)
+	go func() {
+		res, _ := e.get(t, "hello.default", nil)
+		done <- res.StatusCode
+	}()
+	recv(t, queued, "queued request")
+	if n := pod.requests.Load(); n != 0 {
+		t.Fatalf("pod received %d requests before it was ready", n)
+	}
+	pod.ready.Store(true)
+	e.clk.Step(DefaultProbeInterval)
+	if code := recv(t, done, "response"); code != http.StatusOK {
+		t.Fatalf("status %d, want 200", code)
+	}
+}
+
+// waitForTimer waits until something waits on the fake clock: the clock is
+// in-process, but the prober reaches its timer asynchronously.
+func waitForTimer(t *testing.T, e *testEnv) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !e.clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits on the clock")
+		}
+		time.Sleep(time.Millisecond) // bounded poll on a state no channel signals
+	}
+}
+
+// TestThrottlerBoundsConcurrency: no pod ever holds more than
+// containerConcurrency requests, however many arrive.
+func TestThrottlerBoundsConcurrency(t *testing.T) {
+	const cc, requests = 2, 30
+	gate := make(chan struct{})
+	p1, p2 := newFakePod(t, "p1", true), newFakePod(t, "p2", true)
+	p1.gate, p2.gate = gate, gate
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: cc, Pods: []Pod{p1.pod(), p2.pod()}})
+	queued := make(chan string, requests)
+	e := newEnv(t, src, nil, func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
+	e.waitRoutable(t, "default/hello", 2)
+
+	var wg sync.WaitGroup
+	codes := make(chan int, requests)
+	for i := 0; i < requests; i++ {
+		wg.Go(func() {
+			res, _ := e.get(t, "hello.default", nil)
+			codes <- res.StatusCode
+		})
+	}
+	// 2×cc are admitted, the rest queue.
+	for i := 0; i < 2*cc; i++ {
+		select {
+		case <-p1.arrived:
+		case <-p2.arrived:
+		case <-time.After(testTimeout):
+			t.Fatal("admitted requests did not arrive")
+		}
+	}
+	for i := 0; i < requests-2*cc; i++ {
+		recv(t, queued, "queued request")
+	}
+	close(gate)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusOK {
+			t.Errorf("status %d, want 200", c)
+		}
+	}
+	if m1, m2 := p1.max.Load(), p2.max.Load(); m1 > cc || m2 > cc {
+		t.Errorf("peak concurrency %d and %d, want at most %d", m1, m2, cc)
+	}
+	if n := p1.requests.Load() + p2.requests.Load(); n != requests {
+		t.Errorf("pods served %d requests, want %d", n, requests)
+	}
+}
+
+// TestQueueFull: one past the queue depth gets 503 queue-full at once.
+func TestQueueFull(t *testing.T) {
+	pod := newFakePod(t, "p1", true)
+	pod.gate = make(chan struct{})
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	e := newEnv(t, src, func(c *Config) { c.QueueDepth = 1 }, nil)
+	e.waitRoutable(t, "default/hello", 1)
+
+	type result struct {
+		code   int
+		reason string
+	}
+	results := make(chan result, 3)
+	send := func() {
+		res, _ := e.get(t, "hello.default", nil)
+		results <- result{res.StatusCode, res.Header.Get(network.ReasonHeader)}
+	}
+	go send()
+	recv(t, pod.arrived, "first request")
+	go send()
+	go send()
+	// One of the last two is queued, the other rejected.
+	if r := recv(t, results, "rejection"); r.code != http.StatusServiceUnavailable || r.reason != network.ReasonQueueFull {
+		t.Fatalf("got %+v, want 503 %s", r, network.ReasonQueueFull)
+	}
+	close(pod.gate)
+	for i := 0; i < 2; i++ {
+		if r := recv(t, results, "response"); r.code != http.StatusOK {
+			t.Errorf("got %+v, want 200", r)
+		}
+	}
+	if n := metric(t, e.reg, "swell_activator_requests_total", map[string]string{"status_class": "5xx"}); n != 1 {
+		t.Errorf("5xx count %v, want 1", n)
+	}
+}
+
+// TestQueueTimeout: a request queued past QueueTimeout gets 504.
+func TestQueueTimeout(t *testing.T) {
+	src := NewMemorySource(Service{Key: "default/hello"})
+	queued := make(chan string, 1)
+	e := newEnv(t, src, func(c *Config) { c.QueueTimeout = time.Minute },
+		func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
+	e.waitRoutable(t, "default/hello", 0)
+	done := make(chan *http.Response, 1)
+	go func() {
+		res, _ := e.get(t, "hello.default", nil)
+		done <- res
+	}()
+	recv(t, queued, "queued request")
+	e.clk.Step(time.Minute)
+	res := recv(t, done, "response")
+	if res.StatusCode != http.StatusGatewayTimeout || res.Header.Get(network.ReasonHeader) != network.ReasonRequestTimeout {
+		t.Fatalf("got %d %q, want 504 %s", res.StatusCode, res.Header.Get(network.ReasonHeader), network.ReasonRequestTimeout)
+	}
+}
+
+// TestClientCancelLeavesQueue: a client that goes away leaves the queue,
+// counts as 499, and does not hold up those behind it.
+func TestClientCancelLeavesQueue(t *testing.T) {
+	pod := newFakePod(t, "p1", true)
+	pod.gate = make(chan struct{})
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	queued := make(chan string, 10)
+	finished := make(chan int, 10)
+	e := newEnv(t, src, nil, func(a *Activator) {
+		a.onQueued = func(s string) { queued <- s }
+		a.onDone = func(_ string, code int) { finished <- code }
+	})
+	e.waitRoutable(t, "default/hello", 1)
+
+	first := make(chan int, 1)
+	go func() {
+		res, _ := e.get(t, "hello.default", nil)
+		first <- res.StatusCode
+	}()
+	recv(t, pod.arrived, "first request")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.srv.URL, nil)
+	req.Host = "hello.default"
+	clientErr := make(chan error, 1)
+	go func() {
+		res, err := http.DefaultClient.Do(req)
+		if err == nil {
+			res.Body.Close()
+		}
+		clientErr <- err
+	}()
+	recv(t, queued, "queued request")
+	cancel()
+	if err := recv(t, clientErr, "client error"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("client: %v, want context.Canceled", err)
+	}
+	if code := recv(t, finished, "cancelled request"); code != StatusClientClosed {
+		t.Fatalf("cancelled request recorded as %d, want %d", code, StatusClientClosed)
+	}
+	if s := e.a.table.Load().byKey["default/hello"]; s.br.Waiting() != 0 {
+		t.Fatalf("%d still queued after the client left", s.br.Waiting())
+	}
+	close(pod.gate)
+	if code := recv(t, first, "first response"); code != http.StatusOK {
+		t.Fatalf("first request: %d", code)
+	}
+	if n := metric(t, e.reg, "swell_activator_requests_total", map[string]string{"status_class": "499"}); n != 1 {
+		t.Errorf("499 count %v, want 1", n)
+	}
+	if n := pod.requests.Load(); n != 1 {
+		t.Errorf("pod got %d requests, want 1", n)
+	}
+}
+
+// TestDialRefusedRetried: a pod that refuses connections is dropped at once
+// and the request — with or without an unread body — retried on another.
+func TestDialRefusedRetried(t *testing.T) {
+	dead := newFakePod(t, "a-dead", true) // first in order: picked first
+	live := newFakePod(t, "b-live", true)
+	live.handler = func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		io.WriteString(w, "b-live:"+string(b))
+	}
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
+	e := newEnv(t, src, nil, nil)
+	e.waitRoutable(t, "default/hello", 2)
+	dead.srv.Close()
+
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader("payload"))
+	req.Host = "hello.default"
+	res, body := do(t, req)
+	if res.StatusCode != http.StatusOK || body != "b-live:payload" {
+		t.Fatalf("got %d %q, want 200 b-live:payload", res.StatusCode, body)
+	}
+	if n, _ := e.a.Routable("default/hello"); n != 1 {
+		t.Errorf("%d routable pods after a refusal, want 1", n)
+	}
+	res, body = e.get(t, "hello.default", nil)
+	if res.StatusCode != http.StatusOK || body != "b-live:" {
+		t.Fatalf("got %d %q, want 200 b-live:", res.StatusCode, body)
+	}
+}

@@ -1,0 +1,114 @@
+package activator
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/swell-run/swell/pkg/breaker"
+)
+
+func testPods(inflight ...int64) []*pod {
+	pods := make([]*pod, len(inflight))
+	for i, n := range inflight {
+		pods[i] = &pod{name: string(rune('a' + i))}
+		pods[i].inflight.Store(n)
+	}
+	return pods
+}
+
+func names(ps ...*pod) string {
+	s := ""
+	for _, p := range ps {
+		if p == nil {
+			s += "-"
+		} else {
+			s += p.name
+		}
+	}
+	return s
+}
+
+func TestPickFirstFillsInOrder(t *testing.T) {
+	pods := testPods(0, 0, 0)
+	var got []*pod
+	for i := 0; i < 7; i++ {
+		got = append(got, pickFirst(pods, 2))
+	}
+	if s := names(got...); s != "aabbcc-" {
+		t.Errorf("picks %s, want aabbcc-", s)
+	}
+	pods[1].inflight.Add(-1)
+	if p := pickFirst(pods, 2); p != pods[1] {
+		t.Errorf("after b freed a slot: picked %s, want b", names(p))
+	}
+}
+
+func TestPickRoundRobinSkipsFull(t *testing.T) {
+	pods := testPods(0, 4, 0) // b is full at cc 4
+	var next atomic.Uint64
+	var got []*pod
+	for i := 0; i < 4; i++ {
+		got = append(got, pickRoundRobin(pods, 4, &next))
+	}
+	if s := names(got...); s != "acca" {
+		t.Errorf("picks %s, want acca", s)
+	}
+	if p := pickRoundRobin(nil, 4, &next); p != nil {
+		t.Errorf("no pods: picked %s", p.name)
+	}
+	full := testPods(4, 4)
+	if p := pickRoundRobin(full, 4, &next); p != nil {
+		t.Errorf("all full: picked %s", p.name)
+	}
+}
+
+func TestPickTwoChoicesPrefersLessLoaded(t *testing.T) {
+	// With two pods both are always compared: the less loaded wins.
+	pods := testPods(5, 2)
+	for i := 0; i < 3; i++ {
+		if p := pickTwoChoices(pods); p != pods[1] {
+			t.Fatalf("pick %d: %s, want b", i, p.name)
+		}
+	}
+	// Now b has 5 too: from there the two stay within one of each other.
+	for i := 0; i < 100; i++ {
+		pickTwoChoices(pods)
+	}
+	if d := pods[0].inflight.Load() - pods[1].inflight.Load(); d < -1 || d > 1 {
+		t.Errorf("loads %d and %d differ by more than one", pods[0].inflight.Load(), pods[1].inflight.Load())
+	}
+	if p := pickTwoChoices(nil); p != nil {
+		t.Errorf("no pods: picked %s", p.name)
+	}
+	if p := pickTwoChoices(testPods(7)); p == nil || p.inflight.Load() != 8 {
+		t.Errorf("one pod: not picked and reserved")
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	for _, tc := range []struct{ pods, cc, want int }{
+		{0, 0, 0}, {0, 5, 0}, {1, 0, breaker.MaxCapacity}, {3, 0, breaker.MaxCapacity},
+		{1, 1, 1}, {3, 10, 30}, {1 << 20, 1 << 20, breaker.MaxCapacity},
+	} {
+		if got := capacity(tc.pods, tc.cc); got != tc.want {
+			t.Errorf("capacity(%d pods, cc %d) = %d, want %d", tc.pods, tc.cc, got, tc.want)
+		}
+	}
+}
+
+// TestServicePolicyByConcurrency: the service picks the policy from cc.
+func TestServicePolicyByConcurrency(t *testing.T) {
+	s := &service{}
+	pods := testPods(0, 0, 0)
+	s.routable.Store(&pods)
+	s.cc.Store(3) // first available
+	if got := names(s.pick(), s.pick(), s.pick(), s.pick()); got != "aaab" {
+		t.Errorf("cc 3: %s, want aaab", got)
+	}
+	pods = testPods(0, 0, 0)
+	s.routable.Store(&pods)
+	s.cc.Store(4) // round robin
+	if got := names(s.pick(), s.pick(), s.pick(), s.pick()); got != "bcab" && got != "abca" && got != "cabc" {
+		t.Errorf("cc 4: %s, want a rotation", got)
+	}
+}

@@ -1,0 +1,69 @@
+package activator
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// probeUntilReady probes p through its queue-proxy until it answers as
+// ready, then marks it routable. It retries every ProbeInterval during the
+// first ProbeFastWindow (a pod starting from zero is usually ready within
+// it, and every interval of delay is added to a cold start), then every
+// ProbeSlowInterval, until ctx ends (the pod left the source or the
+// activator stops).
+func (a *Activator) probeUntilReady(ctx context.Context, s *service, p *pod) {
+	start := a.clk.Now()
+	for {
+		if a.probe(ctx, p.addr) {
+			s.markRoutable(p)
+			return
+		}
+		d := a.cfg.ProbeInterval
+		if a.clk.Since(start) >= a.cfg.ProbeFastWindow {
+			d = a.cfg.ProbeSlowInterval
+		}
+		t := a.clk.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// probe asks the queue-proxy at addr whether its pod is ready: a GET with
+// network.ProbeHeader: queue, answered 200 with the same header by a
+// queue-proxy whose app is ready. The header in the answer proves that a
+// queue-proxy answered, not whatever else might listen on the port.
+func (a *Activator) probe(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+	if err != nil {
+		return false
+	}
+	req.Header[network.ProbeHeader] = probeQueue
+	req.Header[network.ProxyHeader] = proxyActivator
+	res, err := a.probeClient.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(res.Body, 4<<10))
+	res.Body.Close()
+	return res.StatusCode == http.StatusOK && res.Header.Get(network.ProbeHeader) == network.ProbeQueue
+}
+
+// newProbeClient returns the client probes go through: its own connections,
+// so that a probe never waits behind traffic.
+func newProbeClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+}

@@ -1,0 +1,99 @@
+package activator
+
+import (
+	"sort"
+	"sync"
+)
+
+// Pod is one replica of a service as the activator reaches it: through its
+// queue-proxy.
+type Pod struct {
+	// Name identifies the pod within its service (a Kubernetes pod name, a
+	// local process id).
+	Name string
+	// Addr is host:port of the pod's queue-proxy serving port.
+	Addr string
+}
+
+// Service is one service the activator routes for.
+type Service struct {
+	// Key is "namespace/name" (see stats.ValidateServiceKey). Requests
+	// carrying network.ServiceHeader with this value route here.
+	Key string
+	// Hosts are extra host names routed here besides the cluster-local
+	// ones derived from Key.
+	Hosts []string
+	// ContainerConcurrency is how many requests one pod takes at once; 0
+	// means unbounded.
+	ContainerConcurrency int
+	// Pods are the service's pods, ready or not: the activator probes each
+	// before sending it traffic.
+	Pods []Pod
+}
+
+// Source supplies the services and their pods. It is level-triggered: a
+// receive on Changed means "call Services again", and several changes may be
+// coalesced into one signal.
+type Source interface {
+	// Services returns the complete current set. The caller must not
+	// modify it.
+	Services() []Service
+	// Changed delivers a value after the set returned by Services changed.
+	Changed() <-chan struct{}
+}
+
+// MemorySource is a Source held in memory, for tests and embedding. Safe for
+// concurrent use.
+type MemorySource struct {
+	mu       sync.Mutex
+	services map[string]Service
+	changed  chan struct{}
+}
+
+// NewMemorySource returns a MemorySource holding services.
+func NewMemorySource(services ...Service) *MemorySource {
+	m := &MemorySource{services: map[string]Service{}, changed: make(chan struct{}, 1)}
+	for _, s := range services {
+		m.services[s.Key] = s
+	}
+	return m
+}
+
+// Set adds or replaces the service with s.Key.
+func (m *MemorySource) Set(s Service) {
+	m.mu.Lock()
+	m.services[s.Key] = s
+	m.mu.Unlock()
+	m.notify()
+}
+
+// Remove deletes the service with the given key, if present.
+func (m *MemorySource) Remove(key string) {
+	m.mu.Lock()
+	delete(m.services, key)
+	m.mu.Unlock()
+	m.notify()
+}
+
+// Services implements Source, sorted by key.
+func (m *MemorySource) Services() []Service {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Service, 0, len(m.services))
+	for _, s := range m.services {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out
+}
+
+// Changed implements Source.
+func (m *MemorySource) Changed() <-chan struct{} { return m.changed }
+
+// notify signals a change; a pending signal already covers this one.
+func (m *MemorySource) notify() {
+	select {
+	case m.changed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/swell-run/swell/activator"
+	"github.com/swell-run/swell/pkg/envflag"
+	"github.com/swell-run/swell/pkg/logging"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// Default ports: the serving and metrics ports are Knative's activator's, so
+// manifests written for it need no change; the admin port matches the
+// queue-proxy's.
+const (
+	defaultServingPort = 8012
+	defaultAdminPort   = 8022
+	defaultMetricsPort = 9090
+)
+
+// healthzPath on the admin port answers 200 while the process runs.
+const healthzPath = "/healthz"
+
+// config is everything the activator binary can be told.
+type config struct {
+	ServingPort, AdminPort, MetricsPort int
+
+	ServicesFile string
+
+	AutoscalerURL       string
+	AutoscalerToken     string
+	AutoscalerTokenFile string
+	PodName             string
+
+	QueueDepth     int
+	RequestTimeout time.Duration
+
+	DrainQuietPeriod time.Duration
+	DrainTimeout     time.Duration
+
+	LogLevel, LogFormat string
+}
+
+func defaultConfig() config {
+	return config{
+		ServingPort:      defaultServingPort,
+		AdminPort:        defaultAdminPort,
+		MetricsPort:      defaultMetricsPort,
+		QueueDepth:       activator.DefaultQueueDepth,
+		RequestTimeout:   activator.DefaultQueueTimeout,
+		DrainQuietPeriod: 5 * time.Second,
+		DrainTimeout:     30 * time.Second,
+		LogLevel:         "info",
+		LogFormat:        logging.FormatAuto,
+	}
+}
+
+// parseConfig reads flags and environment; the error names each bad
+// setting, its value and what is accepted, or is flag.ErrHelp.
+func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, error) {
+	cfg := defaultConfig()
+	if err := bind(&cfg).Parse(args, lookupEnv); err != nil {
+		return cfg, err
+	}
+	if cfg.PodName == "" {
+		// In Kubernetes the hostname is the pod's name.
+		cfg.PodName, _ = os.Hostname()
+	}
+	return cfg, cfg.validate()
+}
+
+func printUsage(w io.Writer) {
+	cfg := defaultConfig()
+	bind(&cfg).PrintUsage(w)
+}
+
+func bind(cfg *config) *envflag.Set {
+	s := envflag.NewSet("activator")
+	envflag.Var(s, &cfg.ServingPort, "activator-port", "ACTIVATOR_PORT", cfg.ServingPort,
+		"port receiving the proxied traffic", envflag.Port)
+	envflag.Var(s, &cfg.AdminPort, "activator-admin-port", "ACTIVATOR_ADMIN_PORT", cfg.AdminPort,
+		"port serving "+healthzPath+", "+network.ReadyPath+" and "+network.DrainPath, envflag.Port)
+	envflag.Var(s, &cfg.MetricsPort, "activator-metrics-port", "ACTIVATOR_METRICS_PORT", cfg.MetricsPort,
+		"port serving "+network.MetricsPath, envflag.Port)
+	envflag.Var(s, &cfg.ServicesFile, "services-file", "SERVICES_FILE", "",
+		"JSON file listing the services and their pods (reloaded on SIGHUP)", envflag.String)
+	envflag.Var(s, &cfg.AutoscalerURL, "autoscaler-url", "AUTOSCALER_URL", "",
+		`autoscaler websocket, ws://host:port`+network.ActivatorReportPath+`; "" = do not report`, wsURL)
+	envflag.Var(s, &cfg.AutoscalerToken, "autoscaler-token", "AUTOSCALER_TOKEN", "",
+		"bearer token for the autoscaler", envflag.String)
+	envflag.Var(s, &cfg.AutoscalerTokenFile, "autoscaler-token-file", "AUTOSCALER_TOKEN_FILE", "",
+		"file holding the bearer token (wins over AUTOSCALER_TOKEN)", envflag.String)
+	envflag.Var(s, &cfg.PodName, "pod-name", "POD_NAME", "",
+		"this activator's name towards the autoscaler", envflag.String).DefaultText("hostname")
+	envflag.Var(s, &cfg.QueueDepth, "queue-depth", "QUEUE_DEPTH", cfg.QueueDepth,
+		"most requests waiting per service", envflag.IntAtLeast(1))
+	envflag.Var(s, &cfg.RequestTimeout, "request-timeout", "REQUEST_TIMEOUT", cfg.RequestTimeout,
+		"bound on a request's wait for a pod", envflag.DurationAtLeast(time.Millisecond))
+	envflag.Var(s, &cfg.DrainQuietPeriod, "drain-quiet-period", "DRAIN_QUIET_PERIOD", cfg.DrainQuietPeriod,
+		"time with nothing in flight after which a drain ends", envflag.DurationAtLeast(0))
+	envflag.Var(s, &cfg.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", cfg.DrainTimeout,
+		"bound on a drain", envflag.DurationAtLeast(0))
+	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
+		"debug, info, warn or error", envflag.OneOf("debug", "info", "warn", "error"))
+	envflag.Var(s, &cfg.LogFormat, "log-format", "LOG_FORMAT", cfg.LogFormat,
+		"auto (console on a terminal, else json), json or console",
+		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
+	return s
+}
+
+func wsURL(s string) (string, error) {
+	if s != "" && !strings.HasPrefix(s, "ws://") && !strings.HasPrefix(s, "wss://") {
+		return "", errors.New(`must be a ws:// or wss:// URL such as ws://autoscaler:8080/activator, or ""`)
+	}
+	return s, nil
+}
+
+// validate checks settings together.
+func (c config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	ports := []struct {
+		name string
+		port int
+	}{{"ACTIVATOR_PORT", c.ServingPort}, {"ACTIVATOR_ADMIN_PORT", c.AdminPort}, {"ACTIVATOR_METRICS_PORT", c.MetricsPort}}
+	for i, p := range ports {
+		for _, q := range ports[:i] {
+			if p.port == q.port {
+				bad("%s and %s are both %d: every port must be different", q.name, p.name, p.port)
+			}
+		}
+	}
+	if c.ServicesFile == "" {
+		bad(`SERVICES_FILE is not set: it must name a JSON file such as {"services":[{"key":"default/hello","pods":[{"name":"p1","addr":"10.0.0.5:8012"}]}]}`)
+	}
+	if c.AutoscalerURL != "" && c.AutoscalerToken == "" && c.AutoscalerTokenFile == "" {
+		bad("AUTOSCALER_URL %q needs AUTOSCALER_TOKEN or AUTOSCALER_TOKEN_FILE: the autoscaler refuses activators without a token", c.AutoscalerURL)
+	}
+	if c.DrainQuietPeriod > c.DrainTimeout {
+		bad("DRAIN_QUIET_PERIOD %s exceeds DRAIN_TIMEOUT %s: lower the quiet period or raise the timeout", c.DrainQuietPeriod, c.DrainTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// token returns the autoscaler token, read from the file if one is named.
+func (c config) token() (string, error) {
+	if c.AutoscalerTokenFile == "" {
+		return c.AutoscalerToken, nil
+	}
+	b, err := os.ReadFile(c.AutoscalerTokenFile)
+	if err != nil {
+		return "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: %w", c.AutoscalerTokenFile, err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: the file is empty; it must hold the token", c.AutoscalerTokenFile)
+	}
+	return t, nil
+}

@@ -20,6 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/swell-run/swell/autoscaler/collector"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/proctest"
@@ -344,5 +348,29 @@ func TestBurstFromZeroWithPodsJoining(t *testing.T) {
 		if _, max := p.maxInFlight(t); max > cc {
 			t.Errorf("pod %d: app max in flight %d, want ≤ %d", i, max, cc)
 		}
+	}
+}
+
+func TestGRPCThroughActivator(t *testing.T) {
+	p := newPod(t)
+	a := startActivator(t, servicesJSON(0, p))
+	p.start(t, 0)
+	// The :authority routes the call, as Host does for HTTP/1.1.
+	conn, err := grpc.NewClient(strings.TrimPrefix(a.serve, "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority(svcHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	// A gRPC status travels in HTTP/2 trailers: SERVING proves they crossed
+	// both the activator and the queue-proxy.
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health check through the activator: %v", err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("status %v, want SERVING", resp.GetStatus())
 	}
 }

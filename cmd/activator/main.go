@@ -109,6 +109,11 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 
 	var d drain
 	serving := &http.Server{Handler: d.track(act), ReadHeaderTimeout: 30 * time.Second}
+	// HTTP/2 without TLS (prior knowledge) too, so gRPC clients reach
+	// their service through the activator as they do through a pod.
+	serving.Protocols = new(http.Protocols)
+	serving.Protocols.SetHTTP1(true)
+	serving.Protocols.SetUnencryptedHTTP2(true)
 	admin := &http.Server{Handler: adminHandler(&d, act, src), ReadHeaderTimeout: 5 * time.Second}
 	metrics := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 

@@ -19,6 +19,9 @@ type load struct {
 	Rate     float64
 	Workers  int
 	Duration time.Duration
+	// Headers are sent with every request, each "Name: value" (swell
+	// load -H); "Host: name" sets the Host a proxy routes by.
+	Headers []string
 }
 
 // loadRun is what a load run saw.
@@ -40,6 +43,9 @@ func sendLoad(swell, url string, l load) (loadRun, error) {
 	} else {
 		w := strconv.Itoa(l.Workers)
 		args = append(args, "--workers", w, "--max-connections", w)
+	}
+	for _, h := range l.Headers {
+		args = append(args, "-H", h)
 	}
 	args = append(args, url)
 	cmd := exec.Command(swell, args...)

@@ -29,6 +29,7 @@ const (
 	helloPkg = "github.com/swell-run/swell/examples/hello"
 	qpPkg    = "github.com/swell-run/swell/cmd/queue-proxy"
 	swellPkg = "github.com/swell-run/swell/cmd/swell"
+	actPkg   = "github.com/swell-run/swell/cmd/activator"
 )
 
 // goBenchPkgs hold the micro-benchmarks of the hot paths that -gobench runs.
@@ -48,6 +49,7 @@ type scenario struct {
 
 var scenarios = []scenario{
 	{"queue-proxy", "the app directly vs through the queue-proxy: throughput, latency, CPU, memory", queueProxyScenario},
+	{"activator", "the app directly vs activator → queue-proxy → app: added latency, throughput, activator CPU and memory", activatorScenario},
 }
 
 // options are the command line's settings shared by all scenarios.

@@ -12,6 +12,11 @@ import (
 	"github.com/swell-run/swell/pkg/network"
 )
 
+// pickRetry is how long a request that was admitted but found no pod with
+// a free slot waits before trying again, when no change of pods wakes it
+// first.
+const pickRetry = 10 * time.Millisecond
+
 // StatusClientClosed is the status recorded (in metrics and logs, never
 // written) for a request whose client went away before an answer began.
 const StatusClientClosed = 499
@@ -145,16 +150,26 @@ func (s *service) serve(e *exchange, r *http.Request, arrived time.Time, cold bo
 		ch := *s.changed.Load()
 		p := s.pick()
 		if p == nil {
-			// Admitted while the pods were changing: give the slot back
-			// and wait for the next change.
+			// Admitted, but no routable pod has a free slot: the pods
+			// changed under us (a pod was dropped while requests it held
+			// still counted against the throttler). Give the slot back and
+			// try again on the next change of pods or, since a slot freed
+			// by a finishing request changes no pod list, after a short
+			// pause. This path is rare; the fast path takes no timer.
 			s.br.Release()
 			if wait == nil {
 				wait = a.newBoundedWait(r.Context())
 			}
+			retry := make(chan struct{})
+			t := a.clk.AfterFunc(pickRetry, func() { close(retry) })
 			select {
 			case <-ch:
+				t.Stop()
+				continue
+			case <-retry:
 				continue
 			case <-wait.Done():
+				t.Stop()
 				return s.refuse(e, r, wait.Err())
 			}
 		}

@@ -374,3 +374,96 @@ func TestGRPCThroughActivator(t *testing.T) {
 		t.Errorf("status %v, want SERVING", resp.GetStatus())
 	}
 }
+
+// TestKilledPodLosesNoUnstartedRequest kills one of two pods mid-burst,
+// without telling the activator: only the request the dead pod was serving
+// (containerConcurrency 1) may fail; the activator drops the pod on its
+// refused dial and every request that had not started there succeeds on
+// the survivor.
+func TestKilledPodLosesNoUnstartedRequest(t *testing.T) {
+	const cc, n = 1, 40
+	live, doomed := newPod(t), newPod(t)
+	// A request stuck in the activator answers 504 well before ctx ends,
+	// rather than after the default five minutes; 40 requests of 200ms
+	// on one pod need about 8s.
+	a := startActivator(t, servicesJSON(cc, live, doomed), "REQUEST_TIMEOUT", "30s")
+	live.start(t, cc)
+	doomed.start(t, cc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	results := make(chan result, n)
+	for range n {
+		go func() { results <- a.get(ctx, "?sleep=200ms") }()
+	}
+	proctest.Eventually(t, startTimeout, func() bool {
+		in1, _ := live.maxInFlight(t)
+		in2, _ := doomed.maxInFlight(t)
+		return in1 == cc && in2 == cc
+	}, "both pods never served at once")
+	// The queue-proxy first, so the activator's next dial is refused
+	// rather than answered by a proxy whose app is gone.
+	for _, p := range []*proctest.Process{doomed.qp, doomed.app} {
+		if err := p.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if exited, _ := p.Wait(startTimeout); !exited {
+			t.Fatalf("%s survived SIGKILL", p.Name)
+		}
+	}
+	failed := 0
+	for range n {
+		if r := <-results; r.err != nil || r.status != http.StatusOK {
+			failed++
+			t.Logf("failed: %d %q %v", r.status, r.body, r.err)
+		}
+	}
+	if failed > cc {
+		t.Errorf("%d of %d requests failed, want ≤ %d (only those in flight at the killed pod)", failed, n, cc)
+	}
+	if _, max := live.maxInFlight(t); max > cc {
+		t.Errorf("surviving app max in flight %d, want ≤ %d", max, cc)
+	}
+}
+
+// TestQueueDrainsInArrivalOrder holds requests for a service at zero, each
+// sent only once the previous one is counted as queued so their arrival
+// order is certain, then brings up a pod with containerConcurrency 1: with
+// one request admitted at a time and each taking a while at the app, the
+// order responses come back is the order the queue released them, which
+// must be arrival order.
+func TestQueueDrainsInArrivalOrder(t *testing.T) {
+	const cc, n = 1, 20
+	p := newPod(t)
+	a := startActivator(t, servicesJSON(cc, p))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type done struct {
+		i int
+		r result
+	}
+	order := make(chan done, n)
+	for i := range n {
+		// The index in the path makes each request tell-apart in logs;
+		// hello serves any path.
+		go func() { order <- done{i, a.get(ctx, fmt.Sprintf("order/%d?sleep=20ms", i))} }()
+		proctest.Eventually(t, startTimeout, func() bool { return a.queued(t) == float64(i+1) },
+			"request %d never queued (gauge %v)", i, a.queued(t))
+	}
+	p.start(t, cc)
+	got := make([]int, 0, n)
+	for range n {
+		d := <-order
+		if d.r.err != nil || d.r.status != http.StatusOK {
+			t.Errorf("request %d: got %d %q %v, want 200", d.i, d.r.status, d.r.body, d.r.err)
+		}
+		got = append(got, d.i)
+	}
+	for i, idx := range got {
+		if idx != i {
+			t.Fatalf("completion order %v, want arrival order 0..%d", got, n-1)
+		}
+	}
+	if _, max := p.maxInFlight(t); max > cc {
+		t.Errorf("app max in flight %d, want ≤ %d", max, cc)
+	}
+}

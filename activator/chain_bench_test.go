@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // The benchmarks in this file measure the activator's own handler chain —
@@ -200,7 +201,7 @@ func benchMemBare(b *testing.B, parallel bool) {
 			pr.SetXForwarded()
 		},
 		Transport:  rt,
-		BufferPool: &bufferPool{},
+		BufferPool: &proxy.BufferPool{},
 	}
 	runMem(b, rp, "hello.default", parallel)
 	rt.verify(b)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // pickRetry is how long a request that was admitted but found no pod with
@@ -208,10 +209,10 @@ func (s *service) refuse(e *exchange, r *http.Request, err error) int {
 	case r.Context().Err() != nil:
 		return StatusClientClosed // nobody to write to
 	case errors.Is(err, breaker.ErrQueueFull):
-		reject(e, http.StatusServiceUnavailable, network.ReasonQueueFull)
+		proxy.Reject(e, http.StatusServiceUnavailable, network.ReasonQueueFull)
 		return http.StatusServiceUnavailable
 	default:
-		reject(e, http.StatusGatewayTimeout, network.ReasonRequestTimeout)
+		proxy.Reject(e, http.StatusGatewayTimeout, network.ReasonRequestTimeout)
 		return http.StatusGatewayTimeout
 	}
 }

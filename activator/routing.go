@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // DefaultClusterDomain is the cluster DNS suffix used when Config leaves it
@@ -60,8 +61,8 @@ func normalizeHost(host string) string {
 // notFound answers a request that names no known service.
 func notFound(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h["Content-Type"] = plainText
-	h["X-Content-Type-Options"] = noSniff
+	h["Content-Type"] = proxy.PlainText
+	h["X-Content-Type-Options"] = proxy.NoSniff
 	h[network.ReasonHeader] = unknownService
 	w.WriteHeader(http.StatusNotFound)
 	if v := r.Header[network.ServiceHeader]; len(v) > 0 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // admission lets at most the breaker's capacity of requests reach next at
@@ -20,7 +21,7 @@ type admission struct {
 func (a *admission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := a.breaker.Acquire(r.Context()); err != nil {
 		if errors.Is(err, breaker.ErrQueueFull) {
-			reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
+			proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
 		}
 		// Otherwise the context ended while waiting: the client left, or a
 		// timeout fired and the timeout handler answers.

@@ -11,6 +11,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 var (
@@ -51,9 +52,9 @@ func TestCounting(t *testing.T) {
 		case "/missing":
 			http.NotFound(w, r)
 		case "/full":
-			reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
+			proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
 		case "/timeout":
-			reject(w, http.StatusGatewayTimeout, network.ReasonRequestTimeout)
+			proxy.Reject(w, http.StatusGatewayTimeout, network.ReasonRequestTimeout)
 		case "/app500":
 			w.WriteHeader(http.StatusInternalServerError)
 		case "/early-hints":

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // probeHandler answers probes (network.IsProbe) on the serving port itself,
@@ -28,11 +29,11 @@ func (p *probeHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header()[network.ProbeHeader] = probeQueue
 	switch {
 	case p.draining():
-		reject(w, http.StatusServiceUnavailable, network.ReasonDraining)
+		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonDraining)
 	case p.prober.Ready() || p.prober.ProbeNow(r.Context()):
-		w.Header()["Content-Type"] = plainText
+		w.Header()["Content-Type"] = proxy.PlainText
 		w.Write([]byte(network.ProbeQueue))
 	default:
-		reject(w, http.StatusServiceUnavailable, network.ReasonNotReady)
+		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonNotReady)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -168,11 +169,11 @@ func (q *QueueProxy) adminHandler() http.Handler {
 func (q *QueueProxy) serveReady(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case q.drainer.Draining():
-		reject(w, http.StatusServiceUnavailable, network.ReasonDraining)
+		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonDraining)
 	case !q.prober.Ready():
-		reject(w, http.StatusServiceUnavailable, network.ReasonNotReady)
+		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonNotReady)
 	default:
-		w.Header()["Content-Type"] = plainText
+		w.Header()["Content-Type"] = proxy.PlainText
 		w.Write([]byte("ready\n"))
 	}
 }
@@ -183,7 +184,7 @@ func (q *QueueProxy) serveDrain(w http.ResponseWriter, r *http.Request) {
 	if err := q.drainer.Wait(r.Context()); err != nil {
 		return // the caller gave up; the drain goes on
 	}
-	w.Header()["Content-Type"] = plainText
+	w.Header()["Content-Type"] = proxy.PlainText
 	w.Write([]byte("drained\n"))
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/proxy"
 )
 
 // timeouts are the bounds a timeoutHandler enforces; zero turns one off.
@@ -129,7 +130,7 @@ func (t timeouts) due(elapsed time.Duration, started bool, lastWrite time.Durati
 // copied from the app before its writes were dropped.
 func writeTimeout(w http.ResponseWriter, reason string) {
 	clear(w.Header())
-	reject(w, http.StatusGatewayTimeout, reason)
+	proxy.Reject(w, http.StatusGatewayTimeout, reason)
 }
 
 // timeoutWriter guards a ResponseWriter against writes after a timeout

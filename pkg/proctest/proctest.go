@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -59,15 +60,40 @@ func Build(t testing.TB, pkg string) string {
 	return out
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+var (
+	portMu sync.Mutex
+	// handedOut holds the ports FreePort returned, so one test binary never
+	// hands the same port out twice while the first taker has not bound it.
+	handedOut = map[int]bool{}
+)
+
+// Ports are drawn at random below Linux's ephemeral range (32768 and up),
+// where the kernel never puts the local end of an outgoing connection, so
+// test binaries running in parallel rarely draw the same one.
+const portMin, portMax = 10000, 32000
+
+// FreePort returns a TCP port that was free on all interfaces a moment ago
+// and that no other FreePort call of this test binary returned. The caller
+// binds it later, so a port is only likely, not certain, to stay free.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	portMu.Lock()
+	defer portMu.Unlock()
+	for range 1000 {
+		port := portMin + rand.IntN(portMax-portMin)
+		if handedOut[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		handedOut[port] = true
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port found")
+	return 0
 }
 
 // Process is a running child process whose output is kept for the test log.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/breaker"
+	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/proxy"
 	"github.com/swell-run/swell/pkg/stats"
@@ -51,7 +52,7 @@ type QueueProxy struct {
 	tracker  *stats.Tracker
 	breaker  *breaker.Breaker // nil when ContainerConcurrency is 0
 	prober   *prober
-	drainer  *drainer
+	drainer  *drain.Drainer
 	reporter *reporter
 	metrics  *metrics
 
@@ -73,7 +74,7 @@ func New(cfg Config, log *zap.Logger, clk Clock) (*QueueProxy, error) {
 		clock:   clk,
 		tracker: stats.NewTracker(now),
 		prober:  newProber(cfg.UserPort, cfg.ProbePath, cfg.ProbePeriod, cfg.ProbeTimeout, cfg.ProbeFailureThreshold, clk, log),
-		drainer: newDrainer(clk, cfg.DrainQuietPeriod, cfg.DrainTimeout),
+		drainer: drain.New(clk, cfg.DrainQuietPeriod, cfg.DrainTimeout),
 	}
 	q.reporter = newReporter(q.tracker, clk, now)
 	if cfg.ContainerConcurrency > 0 {
@@ -130,7 +131,7 @@ func (q *QueueProxy) buildHandler() http.Handler {
 			return &probeHandler{next: next, prober: q.prober, draining: q.drainer.Draining}
 		},
 		// A drain waits until nothing has passed here for a while.
-		func(next http.Handler) http.Handler { return &tracked{next: next, d: q.drainer} },
+		q.drainer.Handler,
 		// Prometheus sees every final status, the 503s and 504s below included.
 		func(next http.Handler) http.Handler { return &counting{next: next, metrics: q.metrics} },
 		// The autoscaler's load: time in the queue counts.
@@ -203,7 +204,7 @@ func (q *QueueProxy) metricsHandler() http.Handler {
 	return mux
 }
 
-// StartDrain starts a graceful drain (see drainer): readiness turns false
+// StartDrain starts a graceful drain (see pkg/drain): readiness turns false
 // at once and the servers stop once the drain ends. It returns at once;
 // calling it again does nothing.
 func (q *QueueProxy) StartDrain() {

@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
 )
@@ -116,7 +117,7 @@ func newRig(t *testing.T, userPort int, configure func(*Config)) *rig {
 	}
 	qp.prober.armed = notify(r.probed)
 	qp.reporter.reported = notify(r.reported)
-	qp.drainer.polled = func() { r.polled <- struct{}{} }
+	qp.drainer.SetPollHook(func() { r.polled <- struct{}{} })
 
 	r.url = "http://" + ls[0].Addr().String()
 	r.admin = "http://" + ls[1].Addr().String()
@@ -683,7 +684,7 @@ func TestChainDrain(t *testing.T) {
 	}
 
 	// The in-flight request holds the drain for as long as it runs.
-	poll := pollPeriod(r.qp.cfg.DrainQuietPeriod)
+	poll := drain.PollPeriod(r.qp.cfg.DrainQuietPeriod)
 	for range 30 {
 		r.clock.Step(poll)
 		<-r.polled

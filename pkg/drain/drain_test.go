@@ -1,4 +1,4 @@
-package queueproxy
+package drain
 
 import (
 	"net/http"
@@ -66,7 +66,7 @@ func TestDrainState(t *testing.T) {
 func TestDrainer(t *testing.T) {
 	const quiet = time.Second
 	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	d := newDrainer(fc, quiet, 10*time.Second)
+	d := New(fc, quiet, 10*time.Second)
 	polled := make(chan struct{})
 	d.polled = func() { polled <- struct{}{} }
 	step := func(by time.Duration) {
@@ -107,7 +107,7 @@ func TestDrainer(t *testing.T) {
 	if !d.Draining() {
 		t.Fatal("not draining after Start")
 	}
-	poll := pollPeriod(quiet)
+	poll := PollPeriod(quiet)
 	for elapsed := time.Duration(0); elapsed < 3*quiet; elapsed += poll {
 		step(poll)
 	}
@@ -140,7 +140,7 @@ func TestDrainer(t *testing.T) {
 
 func TestDrainerTimeout(t *testing.T) {
 	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	d := newDrainer(fc, time.Second, 5*time.Second)
+	d := New(fc, time.Second, 5*time.Second)
 	polled := make(chan struct{})
 	d.polled = func() { polled <- struct{}{} }
 	d.inFlight.Add(1) // a request that never ends
@@ -163,7 +163,7 @@ func TestDrainerTimeout(t *testing.T) {
 }
 
 func TestDrainerIdleWithZeroQuiet(t *testing.T) {
-	d := newDrainer(testclock.NewFakeClock(time.Unix(0, 0)), 0, time.Second)
+	d := New(testclock.NewFakeClock(time.Unix(0, 0)), 0, time.Second)
 	d.Start()
 	select {
 	case <-d.Done():

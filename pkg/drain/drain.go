@@ -1,4 +1,9 @@
-package queueproxy
+// Package drain decides when a draining server may stop: once nothing has
+// been in flight for a quiet period — requests that still arrive, from
+// clients and load balancers that learn of the drain late, are served and
+// start the period over — or at a timeout, whichever comes first. The
+// queue-proxy and the activator share it.
+package drain
 
 import (
 	"context"
@@ -10,13 +15,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// drainer decides when a draining queue-proxy may stop.
-//
-// Once started, a drain lasts until no request has been in flight for the
-// quiet period — requests that still arrive (clients and load balancers
-// learn of the drain with some delay) are served and start the quiet
-// period over — or until the drain timeout, whichever comes first.
-type drainer struct {
+// Drainer counts the requests of the handlers it wraps and, once started,
+// decides when the drain is over.
+type Drainer struct {
 	clock   clock.WithTicker
 	quiet   time.Duration
 	timeout time.Duration
@@ -33,14 +34,23 @@ type drainer struct {
 	polled func()
 }
 
-func newDrainer(clk clock.WithTicker, quiet, timeout time.Duration) *drainer {
-	return &drainer{clock: clk, quiet: quiet, timeout: timeout, done: make(chan struct{})}
+// New returns a Drainer whose drains end after quiet with nothing in
+// flight, or at timeout.
+func New(clk clock.WithTicker, quiet, timeout time.Duration) *Drainer {
+	return &Drainer{clock: clk, quiet: quiet, timeout: timeout, done: make(chan struct{})}
 }
 
-// tracked counts the requests it passes to next for the drainer.
+// Handler counts the requests it passes to next.
+func (d *Drainer) Handler(next http.Handler) http.Handler { return &tracked{next: next, d: d} }
+
+// SetPollHook sets a function called after each look at the counters, so
+// tests driving a fake clock know when a look has happened. Call it before
+// Start.
+func (d *Drainer) SetPollHook(f func()) { d.polled = f }
+
 type tracked struct {
 	next http.Handler
-	d    *drainer
+	d    *Drainer
 }
 
 func (t *tracked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -51,17 +61,17 @@ func (t *tracked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // Draining reports whether a drain has started.
-func (d *drainer) Draining() bool { return d.draining.Load() }
+func (d *Drainer) Draining() bool { return d.draining.Load() }
 
 // Done is closed when the drain has ended.
-func (d *drainer) Done() <-chan struct{} { return d.done }
+func (d *Drainer) Done() <-chan struct{} { return d.done }
 
 // TimedOut reports whether the drain ended at its timeout rather than
 // after a quiet period.
-func (d *drainer) TimedOut() bool { return d.timedOut.Load() }
+func (d *Drainer) TimedOut() bool { return d.timedOut.Load() }
 
 // Start starts the drain, once; later calls do nothing.
-func (d *drainer) Start() {
+func (d *Drainer) Start() {
 	d.once.Do(func() {
 		d.draining.Store(true)
 		now := d.clock.Now()
@@ -72,13 +82,13 @@ func (d *drainer) Start() {
 		}
 		// The ticker exists before Start returns, so a test's fake clock
 		// reaches it.
-		t := d.clock.NewTicker(pollPeriod(d.quiet))
+		t := d.clock.NewTicker(PollPeriod(d.quiet))
 		go d.watch(s, t)
 	})
 }
 
 // Wait starts the drain if needed and waits until it ends or ctx does.
-func (d *drainer) Wait(ctx context.Context) error {
+func (d *Drainer) Wait(ctx context.Context) error {
 	d.Start()
 	select {
 	case <-d.done:
@@ -88,7 +98,7 @@ func (d *drainer) Wait(ctx context.Context) error {
 	}
 }
 
-func (d *drainer) watch(s *drainState, t clock.Ticker) {
+func (d *Drainer) watch(s *drainState, t clock.Ticker) {
 	defer t.Stop()
 	for now := range t.C() {
 		end, timedOut := s.observe(now, d.inFlight.Load(), d.arrivals.Load())
@@ -104,14 +114,14 @@ func (d *drainer) watch(s *drainState, t clock.Ticker) {
 	}
 }
 
-func (d *drainer) finish(timedOut bool) {
+func (d *Drainer) finish(timedOut bool) {
 	d.timedOut.Store(timedOut)
 	close(d.done)
 }
 
-// pollPeriod is how often a drain looks at the counters: a tenth of the
+// PollPeriod is how often a drain looks at the counters: a tenth of the
 // quiet period, so the drain ends at most 10% late, within [1ms, 100ms].
-func pollPeriod(quiet time.Duration) time.Duration {
+func PollPeriod(quiet time.Duration) time.Duration {
 	return min(max(quiet/10, time.Millisecond), 100*time.Millisecond)
 }
 

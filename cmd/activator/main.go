@@ -28,9 +28,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/activator/reporter"
+	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 )
@@ -107,14 +109,14 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		}
 	}
 
-	var d drain
-	serving := &http.Server{Handler: d.track(act), ReadHeaderTimeout: 30 * time.Second}
+	d := drain.New(clock.RealClock{}, cfg.DrainQuietPeriod, cfg.DrainTimeout)
+	serving := &http.Server{Handler: d.Handler(act), ReadHeaderTimeout: 30 * time.Second}
 	// HTTP/2 without TLS (prior knowledge) too, so gRPC clients reach
 	// their service through the activator as they do through a pod.
 	serving.Protocols = new(http.Protocols)
 	serving.Protocols.SetHTTP1(true)
 	serving.Protocols.SetUnencryptedHTTP2(true)
-	admin := &http.Server{Handler: adminHandler(&d, act, src), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: adminHandler(d, act, src), ReadHeaderTimeout: 5 * time.Second}
 	metrics := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,7 +141,6 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	log.Info("activator started", zap.Int("port", cfg.ServingPort), zap.String("services", cfg.ServicesFile))
 
 	code := 0
-	drained := make(chan struct{})
 wait:
 	for {
 		select {
@@ -152,26 +153,15 @@ wait:
 				}
 				continue
 			}
-			if d.start() {
+			if !d.Draining() {
 				log.Info("signal received: draining", zap.Stringer("signal", sig))
-				go func() {
-					d.wait(cfg.DrainQuietPeriod, cfg.DrainTimeout)
-					close(drained)
-				}()
+				d.Start()
 				continue
 			}
 			log.Warn("second signal received: stopping without draining", zap.Stringer("signal", sig))
 			break wait
-		case <-d.requested:
-			if d.start() {
-				log.Info("drain requested")
-				go func() {
-					d.wait(cfg.DrainQuietPeriod, cfg.DrainTimeout)
-					close(drained)
-				}()
-			}
-		case <-drained:
-			log.Info("drained")
+		case <-d.Done():
+			log.Info("drained", zap.Bool("timedOut", d.TimedOut()))
 			break wait
 		case err := <-errc:
 			log.Error("server failed", zap.Error(err))
@@ -192,10 +182,10 @@ wait:
 // adminHandler serves liveness, readiness and drain. Readiness waits for
 // the first sync of the source (every listed service known to the
 // activator), so a new activator is not sent traffic it would 404.
-func adminHandler(d *drain, act *activator.Activator, src *fileSource) http.Handler {
+func adminHandler(d *drain.Drainer, act *activator.Activator, src *fileSource) http.Handler {
 	var synced atomic.Bool
 	ready := func() bool {
-		if d.draining.Load() {
+		if d.Draining() {
 			return false
 		}
 		if synced.Load() {
@@ -219,10 +209,7 @@ func adminHandler(d *drain, act *activator.Activator, src *fileSource) http.Hand
 		io.WriteString(w, "ready\n")
 	})
 	mux.HandleFunc(network.DrainPath, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case d.requested <- struct{}{}:
-		default:
-		}
+		d.Start()
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, "draining\n")
 	})

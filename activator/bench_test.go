@@ -23,21 +23,7 @@ func (d *discard) WriteHeader(int)             {}
 func BenchmarkActivatorChain(b *testing.B) {
 	for _, cc := range []int{0, 1, 10} {
 		b.Run(map[int]string{0: "cc=0", 1: "cc=1", 10: "cc=10"}[cc], func(b *testing.B) {
-			pod := newFakePod(b, "p1", true)
-			pod.arrived = make(chan *http.Request, 1)
-			pod.handler = func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
-			// Drain the arrival notifications.
-			done := make(chan struct{})
-			defer close(done)
-			go func() {
-				for {
-					select {
-					case <-pod.arrived:
-					case <-done:
-						return
-					}
-				}
-			}()
+			pod := benchPod(b)
 			src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: cc, Pods: []Pod{pod.pod()}})
 			e := newEnv(b, src, func(c *Config) { c.Clock = clock.RealClock{} }, nil)
 			e.waitRoutable(b, "default/hello", 1)
@@ -58,20 +44,7 @@ func BenchmarkActivatorChain(b *testing.B) {
 // plain httputil.ReverseProxy to the same upstream, so the difference is
 // what routing, throttling and load balancing add.
 func BenchmarkBareReverseProxy(b *testing.B) {
-	pod := newFakePod(b, "p1", true)
-	pod.arrived = make(chan *http.Request, 1)
-	pod.handler = func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case <-pod.arrived:
-			case <-done:
-				return
-			}
-		}
-	}()
+	pod := benchPod(b)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
@@ -88,4 +61,24 @@ func BenchmarkBareReverseProxy(b *testing.B) {
 			rp.ServeHTTP(w, req)
 		}
 	})
+}
+
+// benchPod is a routable upstream answering "ok", whose arrival
+// notifications are drained until the benchmark ends.
+func benchPod(b *testing.B) *fakePod {
+	pod := newFakePod(b, "p1", true)
+	pod.arrived = make(chan *http.Request, 1)
+	pod.handler = func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	done := make(chan struct{})
+	b.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case <-pod.arrived:
+			case <-done:
+				return
+			}
+		}
+	}()
+	return pod
 }

@@ -256,6 +256,9 @@ func TestReportsEachPeriodAndEndOfLoad(t *testing.T) {
 	r.applied(t, "act-1 report entries=1 period=1s") // ns/b's zero
 	r.clock.Step(time.Second)
 	r.applied(t, "act-1 report entries=0 period=1s") // heartbeat
+	// The counter moves once WriteMessage has returned, which may be after
+	// the autoscaler applied the frame: read it once Run has returned.
+	r.stop(t)
 	if got := value(t, r.rep.metrics.frames.WithLabelValues("report")); got != 5 {
 		t.Errorf("report frames = %v, want 5", got)
 	}

@@ -411,6 +411,9 @@ func (e *ActivatorEndpoint) closeConn(c *activatorConn, code int, reason string)
 		e.mu.Lock()
 		name := c.name
 		e.mu.Unlock()
+		// Counted before the close frame goes out, so whoever sees the
+		// frame sees the count too.
+		e.metrics.closed(code)
 		// Codes 1005 and 1006 describe a connection that ended without a
 		// close frame; they are never sent.
 		if code != websocket.CloseAbnormalClosure && code != websocket.CloseNoStatusReceived {
@@ -422,7 +425,6 @@ func (e *ActivatorEndpoint) closeConn(c *activatorConn, code int, reason string)
 		}
 		c.ws.Close()
 		close(c.done)
-		e.metrics.closed(code)
 		lvl := zap.InfoLevel
 		if code == websocket.CloseInvalidFramePayloadData || code == websocket.CloseMessageTooBig ||
 			code == websocket.ClosePolicyViolation || code == websocket.CloseUnsupportedData {

@@ -240,6 +240,31 @@ func (a *Activator) Trackers() iter.Seq2[string, *stats.Tracker] {
 	}
 }
 
+// Report gives the autoscaler's reporter (activator/reporter's Source) each
+// service's figures for the period ending at now, and starts the next
+// period. Idle services are left out: the reporter itself sends one zero
+// entry for a service whose load ended.
+func (a *Activator) Report(now time.Time, emit func(service string, f stats.ActivatorFigures)) {
+	for key, t := range a.Trackers() {
+		rep := t.Report(now)
+		in := t.InFlight()
+		if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {
+			continue
+		}
+		emit(key, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
+	}
+}
+
+// Queued returns how many of the service's requests wait for a pod now, and
+// whether the activator knows the service.
+func (a *Activator) Queued(service string) (int, bool) {
+	s := a.table.Load().byKey[service]
+	if s == nil {
+		return 0, false
+	}
+	return s.br.Waiting(), true
+}
+
 // Routable returns how many pods of the service may take traffic now, and
 // whether the activator knows the service.
 func (a *Activator) Routable(service string) (int, bool) {

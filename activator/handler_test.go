@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 // TestColdStart: a request for a service with no pod pokes at once, waits,
@@ -299,5 +301,43 @@ func TestDialRefusedRetried(t *testing.T) {
 	res, body = e.get(t, "hello.default", nil)
 	if res.StatusCode != http.StatusOK || body != "b-live:" {
 		t.Fatalf("got %d %q, want 200 b-live:", res.StatusCode, body)
+	}
+}
+
+// TestQueuedAndReport: a request held for a service with no pod shows in
+// Queued and in the figures Report gives the autoscaler's reporter.
+func TestQueuedAndReport(t *testing.T) {
+	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1})
+	e := newEnv(t, src, nil, nil)
+	e.waitRoutable(t, "default/hello", 0)
+	if n, ok := e.a.Queued("default/missing"); ok || n != 0 {
+		t.Fatalf("Queued(unknown) = %d, %v; want 0, false", n, ok)
+	}
+	done := make(chan int, 1)
+	go func() {
+		res, _ := e.get(t, "hello.default", nil)
+		done <- res.StatusCode
+	}()
+	deadline := time.Now().Add(testTimeout)
+	for n, _ := e.a.Queued("default/hello"); n != 1; n, _ = e.a.Queued("default/hello") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Queued = %d, want 1 while the request is held", n)
+		}
+		runtime.Gosched()
+	}
+	e.clk.Step(time.Second)
+	got := map[string]stats.ActivatorFigures{}
+	e.a.Report(e.clk.Now(), func(s string, f stats.ActivatorFigures) { got[s] = f })
+	if f := got["default/hello"]; len(got) != 1 || f.InFlight != 1 || f.Requests != 1 || f.Concurrency <= 0 {
+		t.Fatalf("Report = %+v, want default/hello with 1 request held", got)
+	}
+
+	pod := newFakePod(t, "p1", true)
+	src.Set(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	if code := recv(t, done, "response"); code != http.StatusOK {
+		t.Fatalf("held request answered %d, want 200", code)
+	}
+	if n, _ := e.a.Queued("default/hello"); n != 0 {
+		t.Fatalf("Queued = %d after the request was served, want 0", n)
 	}
 }

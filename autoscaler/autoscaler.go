@@ -75,6 +75,29 @@ type Config struct {
 	// Registerer, if set, gets the autoscaler's metrics, the collector's
 	// and the activator endpoint's.
 	Registerer prometheus.Registerer
+
+	// OnNotable, if set, is called with every decision that changes a
+	// service's scale or panic mode, as it is made, on the loop goroutine:
+	// it must return quickly. The executor's events (Scaler.OnEvent) say
+	// when a scale change is applied.
+	OnNotable func(Notable)
+}
+
+// Notable is a decision that changed a service's scale or panic mode.
+type Notable struct {
+	Service service.Key
+	// Time is when the decision was made; Trigger is "tick" or "poke".
+	Time    time.Time
+	Trigger string
+	// From is the scale before: the previous decision's, or for the first
+	// decision the replicas the backend was running.
+	From     int
+	Decision decider.Decision
+	// PanicChanged says the decision entered or left panic mode.
+	PanicChanged bool
+	// Metric and TargetPerPod are the service's, at the decision.
+	Metric       autoscaling.Metric
+	TargetPerPod float64
 }
 
 // Autoscaler runs the autoscaling loop for a changing set of services.
@@ -106,7 +129,8 @@ type Autoscaler struct {
 	poked  map[service.Key]struct{}
 	pokeC  chan struct{}
 
-	running atomic.Bool
+	running   atomic.Bool
+	onNotable func(Notable)
 
 	// Owned by the loop goroutine (Run): the context of backend reads, the
 	// time of the decision in progress, and the service whose inputs were
@@ -197,6 +221,7 @@ func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (
 		ctx:      context.Background(),
 	}
 	a.inputsFn, a.outFn = a.inputs, a.out
+	a.onNotable = cfg.OnNotable
 
 	var err error
 	if a.metrics, err = newMetrics(cfg.Registerer); err != nil {
@@ -554,10 +579,16 @@ func (a *Autoscaler) out(key service.Key, d decider.Decision) {
 		s.n = min(s.n+1, len(s.history))
 	}
 	s.last, s.decided = e, true
+	metric, perPod := s.spec.Metric, s.spec.TargetPerPod()
 	// Under s.mu: Remove sets removed under it before the executor forgets
 	// the service, so no decision outlives the service there.
 	a.exec.Update(key, d)
 	s.mu.Unlock()
+
+	if a.onNotable != nil && (scaleChanged || panicChanged) {
+		a.onNotable(Notable{Service: key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
+			PanicChanged: panicChanged, Metric: metric, TargetPerPod: perPod})
+	}
 
 	s.m.observe(d)
 	a.metrics.decided(e.in.Poked, from, d.Scale)

@@ -72,18 +72,21 @@ type harness struct {
 	ticks  chan time.Time
 	pokes  chan service.Key
 	steps  int
+	// notables receives Config.OnNotable's calls.
+	notables chan Notable
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	h := &harness{
-		t:      t,
-		clk:    testingclock.NewFakeClock(t0),
-		be:     &notifyingBackend{FakeBackend: scaler.NewFakeBackend(), writes: make(chan scaler.Call, 1000)},
-		reg:    prometheus.NewRegistry(),
-		rounds: make(chan time.Time, 100),
-		ticks:  make(chan time.Time, 100),
-		pokes:  make(chan service.Key, 100),
+		t:        t,
+		clk:      testingclock.NewFakeClock(t0),
+		be:       &notifyingBackend{FakeBackend: scaler.NewFakeBackend(), writes: make(chan scaler.Call, 1000)},
+		reg:      prometheus.NewRegistry(),
+		rounds:   make(chan time.Time, 100),
+		ticks:    make(chan time.Time, 100),
+		pokes:    make(chan service.Key, 100),
+		notables: make(chan Notable, 1000),
 	}
 	h.be.SetReadyFollowsDesired(true)
 	core, logs := observer.New(zapcore.InfoLevel)
@@ -102,6 +105,7 @@ func newHarness(t *testing.T) *harness {
 		},
 		Endpoint:   collector.EndpointConfig{Tokens: []string{testToken}},
 		Registerer: h.reg,
+		OnNotable:  func(n Notable) { h.notables <- n },
 	}, h.clk, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
@@ -385,6 +389,11 @@ func TestPokeScalesFromZeroWithoutATick(t *testing.T) {
 	}
 	if !h.clk.Now().Equal(t0) || len(h.ticks) != 0 || len(h.rounds) != 0 {
 		t.Fatalf("the clock moved (%v) or a tick or round ran: the wake-up must not wait for either", h.clk.Now())
+	}
+	n := recv(t, h.notables, "notable decision")
+	if n.Service != k || n.From != 0 || n.Decision.Scale != 1 || n.Trigger != "poke" || n.PanicChanged ||
+		n.Metric != autoscaling.MetricConcurrency || n.TargetPerPod != 70 {
+		t.Fatalf("notable decision %+v, want %s 0→1 on a poke, concurrency at 70 per pod", n, k)
 	}
 	ss, _ := h.a.ServiceStatus(k)
 	if ss.Trigger != "poke" || ss.Scale != 1 || ss.ActivatorPending < 1 || !ss.ActivatorInPath {

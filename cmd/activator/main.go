@@ -94,7 +94,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if cfg.AutoscalerURL != "" {
 		rep, err = reporter.New(reporter.Config{
 			URL: cfg.AutoscalerURL, Token: token, Name: cfg.PodName,
-			Source: trackerSource{act}, Logger: log.Named("reporter"), Registerer: reg,
+			Source: act, Logger: log.Named("reporter"), Registerer: reg,
 		})
 		if err != nil {
 			return fail(fmt.Errorf("invalid POD_NAME or AUTOSCALER_URL: %w", err))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/pkg/stats"
@@ -105,21 +104,4 @@ func (f *fileSource) reload() error {
 	default:
 	}
 	return nil
-}
-
-// trackerSource is the reporter's Source over the activator's per-service
-// trackers.
-type trackerSource struct{ a *activator.Activator }
-
-// Report implements reporter.Source. Idle services are left out: the
-// reporter itself sends one zero entry for a service whose load ended.
-func (s trackerSource) Report(now time.Time, emit func(string, stats.ActivatorFigures)) {
-	for key, t := range s.a.Trackers() {
-		rep := t.Report(now)
-		in := t.InFlight()
-		if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {
-			continue
-		}
-		emit(key, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
-	}
 }

@@ -143,6 +143,11 @@ type state struct {
 	lastToActivator time.Time // when it last asked for the activator
 	expected        int       // replicas it expects to read back; -1 none
 	failures        int
+	// reason is the reason of the first decision seen asking for scale
+	// reasonFor: a change held for a while is reported with why it was
+	// asked for, not with the reason of the latest decision ("at zero").
+	reason    string
+	reasonFor int
 }
 
 // New returns an Executor driving backend. Call Start to run it.
@@ -358,6 +363,9 @@ func (e *Executor) reconcile(svc service.Key, st *state, d decider.Decision) (ti
 
 	// 2. Replicas.
 	to := d.Scale
+	if d.Scale != st.reasonFor || st.reason == "" {
+		st.reason, st.reasonFor = d.Reason, d.Scale
+	}
 	if to == 0 && !inPath {
 		// Zero only behind a confirmed activator: otherwise a request
 		// arriving now would find no endpoint at all.
@@ -378,6 +386,9 @@ func (e *Executor) reconcile(svc service.Key, st *state, d decider.Decision) (ti
 				return 0, fmt.Errorf("set scale to %d: %w", to, err)
 			}
 			reason := d.Reason
+			if to == st.reasonFor {
+				reason = st.reason
+			}
 			if st.expected >= 0 && s.Desired != st.expected {
 				reason = fmt.Sprintf("%s; replicas had been set to %d outside the autoscaler", reason, s.Desired)
 			}

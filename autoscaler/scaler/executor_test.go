@@ -416,6 +416,22 @@ func TestAntiThrash(t *testing.T) {
 		"route default/hello activator", "route default/hello pods")
 }
 
+// TestHeldChangeKeepsItsReason: a change held by DownHold is reported with
+// the reason of the decision that asked for it, not of the latest one.
+func TestHeldChangeKeepsItsReason(t *testing.T) {
+	h := newHarness(t, Options{DownHold: 10 * time.Second, ChangeInterval: -1})
+	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods, Requested: RoutePods})
+	h.update(hello, scale(3, "up"))
+	h.event("default/hello: scale 1→3 (up)")
+	if r := h.update(hello, scale(1, "stable at target 70")); r.after != 10*time.Second {
+		t.Fatalf("after = %v, want 10s", r.after)
+	}
+	h.clk.Step(5 * time.Second)
+	h.update(hello, scale(1, "stable: max-scale-down-rate limits to 1"))
+	h.step(5 * time.Second)
+	h.event("default/hello: scale 3→1 (stable at target 70)")
+}
+
 func TestManualChangeOverwritten(t *testing.T) {
 	h := newHarness(t, Options{})
 	h.b.Set(hello, Status{Desired: 3, Ready: 3, Route: RoutePods})

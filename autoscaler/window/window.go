@@ -13,7 +13,10 @@
 //     after the last record is not known yet — the current second's scrape
 //     may still be on its way — and is left out rather than read as 0, as
 //     Knative does; once the last record is a whole window old the window
-//     has no data and averages to 0.
+//     has no data and averages to 0. While only the current second is
+//     missing, the window ends at the second before it, so an N-second
+//     window still reads N seconds (a 1-second panic window reads the last
+//     complete second rather than nothing).
 //   - So a service younger than the window is averaged over its own
 //     history, not diluted by the seconds before it existed: its first
 //     second reads its full load, not 1/60 of it.
@@ -163,7 +166,14 @@ func (w *Window) span(now time.Time, n int) (start, end int64, ok bool) {
 	n = min(max(n, 1), len(w.buckets))
 	s := now.Unix()
 	end = min(s, w.last)
-	start = max(s-int64(n)+1, w.first, w.last-int64(len(w.buckets))+1)
+	top := s
+	if w.last == s-1 {
+		// The current second is still being collected: the window ends
+		// at the last complete one, so that an N-second window reads N
+		// seconds (a 1-second panic window would otherwise read none).
+		top = s - 1
+	}
+	start = max(top-int64(n)+1, w.first, w.last-int64(len(w.buckets))+1)
 	return start, end, start <= end
 }
 

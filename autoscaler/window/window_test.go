@@ -294,7 +294,11 @@ func (m *model) average(now int64, n int64) float64 {
 		return 0
 	}
 	n = min(max(n, 1), m.ring)
-	start := max(now-n+1, m.first, m.last-m.ring+1)
+	top := now
+	if m.last == now-1 { // the current second still being collected
+		top = now - 1
+	}
+	start := max(top-n+1, m.first, m.last-m.ring+1)
 	end := min(now, m.last)
 	if start > end {
 		return 0
@@ -304,6 +308,28 @@ func (m *model) average(now int64, n int64) float64 {
 		sum += m.vals[s]
 	}
 	return sum / float64(end-start+1)
+}
+
+// TestCurrentSecondNotYetCollected: while the current second has no record
+// yet, a window ends at the last complete second and still reads N seconds:
+// a 1-second panic window reads the last second, not nothing.
+func TestCurrentSecondNotYetCollected(t *testing.T) {
+	w := New(6 * time.Second)
+	for s := 10; s <= 20; s++ {
+		w.Record(at(float64(s)), float64(s))
+	}
+	mid := at(21.3) // second 21 not collected yet
+	if got := w.Average(mid, time.Second); got != 20 {
+		t.Fatalf("1s window at 21.3 = %v, want 20 (second 20)", got)
+	}
+	if got := w.Average(mid, 2*time.Second); got != 19.5 {
+		t.Fatalf("2s window at 21.3 = %v, want 19.5 (seconds 19, 20)", got)
+	}
+	// Two seconds without a record are not "still being collected": the
+	// window stays where it is and reads what it holds of them.
+	if got := w.Average(at(22.3), 2*time.Second); got != 0 {
+		t.Fatalf("2s window at 22.3 = %v, want 0 (no record in 21..22)", got)
+	}
 }
 
 func TestAgainstModel(t *testing.T) {

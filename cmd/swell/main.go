@@ -36,8 +36,12 @@ type command struct {
 // commands lists the subcommands in the order `swell help` shows them. To
 // add one, write its run function in its own file and add a line here.
 var commands = []command{
+	{name: "local", summary: "run the data plane on this machine, replicas as local processes (--demo: the example app)", run: runLocal},
+	{name: "status", summary: "show what swell local is doing: replicas, load, panic mode, queued requests, decisions", run: runStatus},
 	{name: "load", summary: "send HTTP load: a fixed rate, a trace replay or a closed loop", run: runLoad},
 	{name: "sim", summary: "simulate autoscaling on a trace or generated traffic, or replay decider inputs", run: runSim},
+	{name: "hello", summary: "serve the example app (what swell local --demo runs)", run: runHello},
+	{name: "queue-proxy", summary: "run the queue-proxy sidecar (what swell local runs for each replica)", run: runQueueProxy},
 }
 
 func main() {

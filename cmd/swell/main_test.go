@@ -31,11 +31,18 @@ func TestDispatch(t *testing.T) {
 		contains string
 	}{
 		{nil, 2, "Commands:"},
-		{[]string{"help"}, 0, "load  send HTTP load"},
+		{[]string{"help"}, 0, "local        run the data plane"},
+		{[]string{"help", "local"}, 0, "Usage: swell local"},
+		{[]string{"status", "--help"}, 0, "Usage: swell status"},
+		{[]string{"local", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"local"}, 2, "nothing to run"},
+		{[]string{"local", "--demo", "--", "x"}, 2, "--demo and a command do not go together"},
+		{[]string{"local", "--min-scale", "x", "--", "app"}, 2, "--min-scale: \"x\" is not an integer"},
+		{[]string{"status", "-o", "yaml"}, 2, "accepted: table or json"},
 		{[]string{"--help"}, 0, "Commands:"},
 		{[]string{"help", "load"}, 0, "Usage: swell load"},
 		{[]string{"load", "--help"}, 0, "--sleep-per-token duration"},
-		{[]string{"help", "nope"}, 2, `unknown command "nope"; commands are load`},
+		{[]string{"help", "nope"}, 2, `unknown command "nope"; commands are local, status`},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 	}
 	for _, tt := range tests {

@@ -36,6 +36,12 @@ type frontDoor struct {
 
 type directKey struct{}
 
+// direct is where a request sent straight to a replica goes.
+type direct struct {
+	addr string
+	svc  *localService
+}
+
 func newFrontDoor(b *backend, act http.Handler, log *zap.Logger) *frontDoor {
 	f := &frontDoor{
 		act:    act,
@@ -60,7 +66,7 @@ func newFrontDoor(b *backend, act http.Handler, log *zap.Logger) *frontDoor {
 	f.direct = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = pr.In.Context().Value(directKey{}).(string)
+			pr.Out.URL.Host = pr.In.Context().Value(directKey{}).(direct).addr
 			proxy.SetForwarded(pr)
 		},
 		Transport: proxy.NewTransport(proxy.TransportOptions{
@@ -74,7 +80,16 @@ func newFrontDoor(b *backend, act http.Handler, log *zap.Logger) *frontDoor {
 			if errors.Is(err, context.Canceled) {
 				return
 			}
-			f.log.Warn("request to a replica failed", zap.String("replica", r.Context().Value(directKey{}).(string)), zap.Error(err))
+			d := r.Context().Value(directKey{}).(direct)
+			var op *net.OpError
+			if errors.As(err, &op) && op.Op == "dial" {
+				// The replica left between the choice and the dial:
+				// nothing was sent, so the activator takes the request
+				// and finds it another.
+				f.toActivator(w, r, d.svc)
+				return
+			}
+			f.log.Warn("request to a replica failed", zap.String("replica", d.addr), zap.Error(err))
 			proxy.Reject(w, http.StatusBadGateway, network.ReasonAppUnreachable)
 		},
 	}
@@ -117,9 +132,13 @@ func (f *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := s.view.Load(); v.route == scaler.RoutePods && len(v.ready) > 0 {
 		addr := v.ready[f.counter.Add(1)%uint64(len(v.ready))]
-		f.direct.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), directKey{}, addr)))
+		f.direct.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), directKey{}, direct{addr, s})))
 		return
 	}
+	f.toActivator(w, r, s)
+}
+
+func (f *frontDoor) toActivator(w http.ResponseWriter, r *http.Request, s *localService) {
 	r.Header.Set(network.ServiceHeader, s.key.String())
 	f.act.ServeHTTP(w, r)
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/swell-run/swell/pkg/spelling"
 )
 
 // Error is one problem with one key. Parse, ParseDefaults, Flags.Resolve
@@ -106,7 +108,7 @@ func suggest(s string, candidates []string) string {
 	}
 	best, bestD := "", max(1, min(3, len(n)/4))+1
 	for _, c := range candidates {
-		if d := editDistance(n, strings.ToLower(c)); d < bestD {
+		if d := spelling.Distance(n, strings.ToLower(c)); d < bestD {
 			best, bestD = c, d
 		}
 	}
@@ -143,33 +145,4 @@ func normalizeName(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// editDistance is the optimal-string-alignment distance: insertions,
-// deletions, substitutions and swaps of neighbours each cost one, so "kap"
-// is one edit from "kpa".
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	// Three rows suffice: the swap looks two rows back.
-	prev2 := make([]int, len(rb)+1)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(rb)]
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/swell-run/swell/pkg/spelling"
 )
 
 // Parse reads a service's autoscaling settings from its annotations and
@@ -123,7 +125,7 @@ func (p *parser) readAnnotation(k, v string) {
 	if !ok {
 		// A misspelt prefix in front of a known name is almost surely ours.
 		domain, name, found := strings.Cut(k, "/")
-		if found && editDistance(strings.ToLower(domain+"/"), Prefix) <= 2 {
+		if found && spelling.Distance(strings.ToLower(domain+"/"), Prefix) <= 2 {
 			if e, ok := byName[name]; ok && e.Scope != ScopeCluster {
 				p.unknown(k, v, Prefix+name)
 			}

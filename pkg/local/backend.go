@@ -205,51 +205,53 @@ func (b *backend) reconcile(s *localService) error {
 	// The activator and the front door forget the victims before their
 	// queue-proxies start draining.
 	b.changed(s)
+	b.stop(b.ctx, victims)
+	return startErr
+}
+
+// stop stops replicas in the background, gracefully unless ctx ends.
+func (b *backend) stop(ctx context.Context, victims []*replica.Replica) {
 	for _, r := range victims {
 		b.stopping.Add(1)
 		go func() {
 			defer b.stopping.Done()
 			b.log.Debug("stopping replica", zap.String("replica", r.Name()))
-			r.Stop(b.ctx)
+			r.Stop(ctx)
 		}()
 	}
-	return startErr
+}
+
+// close ends the service: no replica starts after it. It returns the live
+// replicas, which the caller stops.
+func (s *localService) close() []*replica.Replica {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed, s.desired = true, 0
+	victims := s.replicas
+	s.replicas = nil
+	return victims
 }
 
 // shutdown stops every replica of every service gracefully (or at once,
 // when ctx ends) and returns when all are gone. No replica starts after it.
 func (b *backend) shutdown(ctx context.Context) {
 	for _, s := range b.order {
-		s.mu.Lock()
-		s.closed = true
-		s.desired = 0
-		victims := s.replicas
-		s.replicas = nil
-		s.mu.Unlock()
+		victims := s.close()
 		b.changed(s)
-		for _, r := range victims {
-			b.stopping.Add(1)
-			go func() {
-				defer b.stopping.Done()
-				r.Stop(ctx)
-			}()
-		}
+		b.stop(ctx, victims)
 	}
 	b.stopping.Wait()
 }
 
-// kill stops every replica at once, stopping or not.
+// kill kills every live replica at once and waits for those being
+// stopped, which die at once when their stop's context has ended.
 func (b *backend) kill() {
 	for _, s := range b.order {
-		s.mu.Lock()
-		s.closed = true
-		victims := s.replicas
-		s.replicas = nil
-		s.mu.Unlock()
-		for _, r := range victims {
+		for _, r := range s.close() {
 			r.Kill()
 		}
 	}
+	b.stopping.Wait()
 }
 
 func (s *localService) readyLocked() int {

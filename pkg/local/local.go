@@ -152,8 +152,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	s.b = newBackend(stopCtx, opts.Log.Named("backend"), opts.File.Services)
 	s.b.start = s.startReplica
 	s.b.changed = s.changed
-	// Whatever happens from here on, no replica outlives Run.
-	defer s.b.kill()
+	// Whatever happens from here on, no replica outlives Run: replicas
+	// being stopped are killed with their context, the others at once.
+	defer func() {
+		stopKill()
+		s.b.kill()
+	}()
 
 	token := randomToken()
 	if s.act, err = activator.New(activator.Config{

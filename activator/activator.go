@@ -88,6 +88,9 @@ type Activator struct {
 	onQueued func(service string)
 	onDone   func(service string, code int)
 
+	// synced is closed once Run has applied the Source's services.
+	synced chan struct{}
+
 	mu      sync.Mutex // serialises sync
 	base    atomic.Pointer[context.Context]
 	probers sync.WaitGroup
@@ -143,6 +146,7 @@ func New(cfg Config) (*Activator, error) {
 		metrics:     m,
 		proxy:       newProxy(cfg.Logger, cfg.DialTimeout),
 		probeClient: newProbeClient(),
+		synced:      make(chan struct{}),
 	}
 	a.table.Store(newRouteTable())
 	ch := make(chan struct{})
@@ -164,6 +168,7 @@ func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (a *Activator) Run(ctx context.Context) error {
 	a.base.Store(&ctx)
 	a.sync(a.cfg.Source.Services())
+	close(a.synced)
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,6 +179,12 @@ func (a *Activator) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// Synced is closed once Run has applied the Source's services for the
+// first time: from then on every service it listed is routed, rather than
+// answered 404. An embedder that owns the Source waits for it before taking
+// traffic.
+func (a *Activator) Synced() <-chan struct{} { return a.synced }
 
 // baseContext is the context probers run under.
 func (a *Activator) baseContext() context.Context {

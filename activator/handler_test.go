@@ -341,3 +341,28 @@ func TestQueuedAndReport(t *testing.T) {
 		t.Fatalf("Queued = %d after the request was served, want 0", n)
 	}
 }
+
+// TestSynced: Synced closes once Run has applied the Source, and from then
+// on every listed service is routed.
+func TestSynced(t *testing.T) {
+	src := NewMemorySource(Service{Key: "default/a"}, Service{Key: "default/b"})
+	a, err := New(Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Synced():
+		t.Fatal("Synced closed before Run")
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	recv(t, a.Synced(), "sync")
+	for _, k := range []string{"default/a", "default/b"} {
+		if _, ok := a.Routable(k); !ok {
+			t.Errorf("%s unknown once synced", k)
+		}
+	}
+}

@@ -216,16 +216,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 		wg.Wait()
 	}()
 	errc := make(chan error, 2)
-	for _, p := range []struct {
-		srv *http.Server
-		ln  net.Listener
-	}{{frontSrv, front}, {adminSrv, admin}} {
+	serve := func(srv *http.Server, ln net.Listener) {
 		wg.Go(func() {
-			if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
 			}
 		})
 	}
+	serve(adminSrv, admin)
 	wg.Go(func() { s.act.Run(runCtx) })
 	wg.Go(func() { s.rep.Run(runCtx) })
 	wg.Go(func() { s.as.Run(runCtx) })
@@ -242,6 +240,14 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return fmt.Errorf("swell local: %w", err)
 		}
 	}
+	// Traffic is taken once the activator routes every service: before,
+	// it would answer 404. Connections made meanwhile wait in the
+	// listener's backlog.
+	select {
+	case <-s.act.Synced():
+	case <-ctx.Done():
+	}
+	serve(frontSrv, front)
 	if opts.Listening != nil {
 		opts.Listening(front.Addr(), admin.Addr())
 	}

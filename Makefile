@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check unit bench clean
+.PHONY: all build test vet fmt-check unit bench clean swell-cluster e2e cluster-up cluster-down
 
 all: build
 
@@ -29,6 +29,30 @@ unit:
 ## bench: the benchmark harness (docs/performance.md) and Go benchmarks.
 bench:
 	$(GO) run ./hack/bench -gobench
+
+## e2e: the harness's own tests, then a real Kubernetes control plane and
+## node agent (hack/cluster, its own module) and the end-to-end suite
+## against it, all torn down after. The first run builds etcd and
+## Kubernetes from the module proxy (cached after). Needs root (network
+## namespaces) and iproute2.
+CLUSTER ?= dev
+
+# Built rather than run with `go run`, which would delete the binary the
+# node agent runs from.
+swell-cluster:
+	cd hack/cluster && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(BIN)/swell-cluster ./cmd/swell-cluster
+
+e2e: swell-cluster
+	cd hack/cluster && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster e2e
+
+## cluster-up / cluster-down: keep a cluster named $(CLUSTER) up while
+## working; `bin/swell-cluster exec --name $(CLUSTER) -- kubectl get pods`.
+cluster-up: swell-cluster
+	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster up --name $(CLUSTER)
+
+cluster-down: swell-cluster
+	$(BIN)/swell-cluster down --name $(CLUSTER)
 
 clean:
 	rm -rf $(BIN)

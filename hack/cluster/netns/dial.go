@@ -1,0 +1,64 @@
+package netns
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// DialContext is the signature of net.Dialer.DialContext, which
+// client-go's rest.Config.Dial and http.Transport accept.
+type DialContext func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Dialer returns a dial function whose connections are made inside the
+// namespace name, so a process outside it (a test, the harness) can reach
+// the cluster's loopback. A socket belongs to the namespace of the thread
+// that created it, so the dial runs on a locked thread switched into the
+// namespace and back.
+func Dialer(name string) DialContext {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		target, err := os.Open("/run/netns/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("dial %s in network namespace %s: %w", address, name, err)
+		}
+		defer target.Close()
+
+		type result struct {
+			conn net.Conn
+			err  error
+		}
+		done := make(chan result, 1)
+		// A fresh goroutine, so the caller's thread is never switched.
+		go func() {
+			runtime.LockOSThread()
+			orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+			if err != nil {
+				runtime.UnlockOSThread()
+				done <- result{err: err}
+				return
+			}
+			defer orig.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				runtime.UnlockOSThread()
+				done <- result{err: fmt.Errorf("enter network namespace %s: %w", name, err)}
+				return
+			}
+			// No fast fallback: its parallel dials would run on other
+			// threads, outside the namespace.
+			d := net.Dialer{FallbackDelay: -1}
+			conn, err := d.DialContext(ctx, network, address)
+			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+				// Only a thread back in its own namespace may run other
+				// goroutines; otherwise it dies with this one.
+				runtime.UnlockOSThread()
+			}
+			done <- result{conn, err}
+		}()
+		r := <-done
+		return r.conn, r.err
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,8 +199,38 @@ func TestScaleSubresource(t *testing.T) {
 		}
 	}
 
+	// No process of a removed pod is left: the node agent names each
+	// container's process in its containerID, swell://<pid>.
+	for i := range removed {
+		p := &removed[i]
+		id := containerStatus(p, helloContainer).ContainerID
+		pid, err := strconv.Atoi(strings.TrimPrefix(id, "swell://"))
+		if err != nil || !strings.HasPrefix(id, "swell://") {
+			t.Errorf("pod %s: containerID %q does not name a process", p.Name, id)
+			continue
+		}
+		e.eventually(fmt.Sprintf("process %d of pod %s gone", pid, p.Name), func(context.Context) error {
+			if running(pid) {
+				return fmt.Errorf("process %d still runs", pid)
+			}
+			return nil
+		})
+	}
+
 	e.scale(name, 5)
 	e.waitServing(name, 5)
+}
+
+// running says whether process pid exists and is not a zombie (a zombie
+// has ended; only its parent's wait is missing).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z"
 }
 
 // scale sets the Deployment's replicas through its scale subresource and

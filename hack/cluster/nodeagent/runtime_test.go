@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -540,6 +541,20 @@ func TestLeftoversOfAnEarlierRunRemoved(t *testing.T) {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- orphan.Wait() }()
+	// A leftover of an earlier run has long been inside its namespace:
+	// wait until this one is, or the removal races its entering.
+	pid := strconv.Itoa(orphan.Process.Pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := exec.Command(n.rt.net.ip, "netns", "pids", stale).Output()
+		if slices.Contains(strings.Fields(string(out)), pid) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %s never entered %s", pid, stale)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if got := n.rt.net.leftovers(); len(got) != 1 || got[0] != stale {
 		t.Fatalf("leftovers %v, want [%s]", got, stale)
 	}

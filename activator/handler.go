@@ -33,7 +33,8 @@ type exchange struct {
 	pod        *pod
 	status     int  // first final status written, 0 if none
 	upstream   int  // status the pod answered, for hijacked responses
-	dialFailed bool // the last attempt could not connect to pod
+	dialFailed bool // the last attempt could not connect to pod, or lost it
+	lostOnce   bool // a connection was lost once already: no second retry
 	body       trackedBody
 	hasBody    bool
 }

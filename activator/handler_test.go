@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,5 +365,61 @@ func TestSynced(t *testing.T) {
 		if _, ok := a.Routable(k); !ok {
 			t.Errorf("%s unknown once synced", k)
 		}
+	}
+}
+
+// TestLostConnectionRetriedOnce: a pod that takes a request and closes the
+// connection without an answer (a pod killed mid-request) loses it; a GET
+// is sent once more to another pod, a POST is not (it may have had an
+// effect), and no request is sent a third time.
+func TestLostConnectionRetriedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		method    string
+		body      string
+		liveDies  bool
+		want      int
+		wantSends [2]int32 // requests that reached the first and second pod
+	}{
+		{"GET retried elsewhere", http.MethodGet, "", false, http.StatusOK, [2]int32{1, 1}},
+		{"POST not retried", http.MethodPost, "payload", false, http.StatusBadGateway, [2]int32{1, 0}},
+		{"GET not retried twice", http.MethodGet, "", true, http.StatusBadGateway, [2]int32{1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sends [2]atomic.Int32
+			handler := func(i int, hangUp bool) http.HandlerFunc {
+				return func(w http.ResponseWriter, r *http.Request) {
+					sends[i].Add(1)
+					if !hangUp {
+						io.WriteString(w, "b-live")
+						return
+					}
+					if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+						conn.Close()
+					}
+				}
+			}
+			dead := newFakePod(t, "a-dead", true) // first in order: picked first
+			dead.handler = handler(0, true)
+			live := newFakePod(t, "b-live", true)
+			live.handler = handler(1, tc.liveDies)
+			src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
+			e := newEnv(t, src, nil, nil)
+			e.waitRoutable(t, "default/hello", 2)
+
+			var body io.Reader
+			if tc.body != "" {
+				body = strings.NewReader(tc.body)
+			}
+			req, _ := http.NewRequest(tc.method, e.srv.URL, body)
+			req.Host = "hello.default"
+			res, got := do(t, req)
+			if res.StatusCode != tc.want {
+				t.Fatalf("got %d %q, want %d", res.StatusCode, got, tc.want)
+			}
+			if got := [2]int32{sends[0].Load(), sends[1].Load()}; got != tc.wantSends {
+				t.Errorf("requests reaching the pods %v, want %v", got, tc.wantSends)
+			}
+		})
 	}
 }

@@ -2,9 +2,11 @@ package activator
 
 import (
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -65,6 +67,16 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 				e.dialFailed = true
 				return
 			}
+			if r.Context().Err() == nil && isConnLost(err) && replayable(r, e) && !e.lostOnce {
+				// The pod went away with the request sent and no answer
+				// (a pod killed, a connection it had just accepted): a
+				// request safe to repeat is sent once more, elsewhere,
+				// as net/http does on a reused connection. Once only, so
+				// that a request that kills every pod it reaches cannot
+				// take them all down.
+				e.dialFailed, e.lostOnce = true, true
+				return
+			}
 			if r.Context().Err() != nil {
 				return // the client left: nothing useful to write
 			}
@@ -80,6 +92,26 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isConnLost reports whether err is the connection to the pod ending
+// before any answer: closed, reset, or broken.
+func isConnLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// replayable reports whether a request may be sent twice: an idempotent,
+// safe method without a body.
+func replayable(r *http.Request, e *exchange) bool {
+	if e.hasBody {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	return false
 }
 
 // Pre-built header values, so rejecting under overload does not allocate.

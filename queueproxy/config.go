@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/swell-run/swell/pkg/envflag"
@@ -17,6 +19,9 @@ const AutoQueueDepth = -1
 // Config is everything the queue-proxy can be told. The zero value is not
 // usable; start from DefaultConfig or ParseConfig.
 type Config struct {
+	// ListenAddress is the IP the three ports bind; empty binds every
+	// interface (a pod's). `swell local` binds loopback.
+	ListenAddress string
 	// ServingPort receives the traffic for the app.
 	ServingPort int
 	// AdminPort serves readiness and drain (network.ReadyPath, DrainPath).
@@ -117,6 +122,8 @@ func PrintUsage(w io.Writer) {
 func bind(cfg *Config) (*envflag.Set, *envflag.Setting) {
 	s := envflag.NewSet("queue-proxy")
 
+	envflag.Var(s, &cfg.ListenAddress, "queue-listen-address", "QUEUE_LISTEN_ADDRESS", "",
+		"IP address the serving, admin and metrics ports bind (empty: every interface)", ipAddress)
 	envflag.Var(s, &cfg.ServingPort, "queue-serving-port", "QUEUE_SERVING_PORT", cfg.ServingPort,
 		"port receiving the app's traffic", envflag.Port)
 	envflag.Var(s, &cfg.AdminPort, "queue-admin-port", "QUEUE_ADMIN_PORT", cfg.AdminPort,
@@ -253,4 +260,16 @@ func (c Config) queueDepth() int {
 		return 10 * c.ContainerConcurrency
 	}
 	return c.QueueDepth
+}
+
+// ipAddress accepts an IPv4 or IPv6 address, or nothing.
+func ipAddress(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", nil
+	}
+	if _, err := netip.ParseAddr(s); err != nil {
+		return "", errors.New("must be an IP address such as 127.0.0.1 or ::1, or empty for every interface")
+	}
+	return s, nil
 }

@@ -37,11 +37,13 @@ func TestParseConfigValues(t *testing.T) {
 		"USER_PROBE_PATH":        "/healthz",
 		"DRAIN_QUIET_PERIOD":     "100ms",
 		"LOG_FORMAT":             "json",
+		"QUEUE_LISTEN_ADDRESS":   " 127.0.0.1 ",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := DefaultConfig()
+	want.ListenAddress = "127.0.0.1"
 	want.UserPort = 9000 // the flag wins
 	want.ContainerConcurrency = 4
 	want.RequestTimeout = time.Minute
@@ -77,6 +79,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{env: map[string]string{"CONTAINER_CONCURRENCY": "abc"}, want: `invalid CONTAINER_CONCURRENCY "abc": must be an integer ≥ 0`},
 		{env: map[string]string{"CONTAINER_CONCURRENCY": "-2"}, want: `invalid CONTAINER_CONCURRENCY "-2": must be an integer ≥ 0`},
 		{args: []string{"--container-concurrency=x"}, want: `invalid --container-concurrency "x": must be an integer ≥ 0`},
+		{env: map[string]string{"QUEUE_LISTEN_ADDRESS": "localhost"}, want: `invalid QUEUE_LISTEN_ADDRESS "localhost": must be an IP address such as 127.0.0.1 or ::1, or empty for every interface`},
 		{env: map[string]string{"QUEUE_SERVING_PORT": "0"}, want: `invalid QUEUE_SERVING_PORT "0": must be a port number from 1 to 65535`},
 		{env: map[string]string{"USER_PORT": "http"}, want: `invalid USER_PORT "http": must be a port number from 1 to 65535`},
 		{env: map[string]string{"REQUEST_TIMEOUT": "300"}, want: `invalid REQUEST_TIMEOUT "300": must be a duration ≥ 0 such as 300ms, 30s or 1m30s (0 turns it off)`},

@@ -229,7 +229,7 @@ func (q *QueueProxy) Run(ctx context.Context) error {
 	var lc net.ListenConfig
 	var ls []net.Listener
 	for _, port := range []int{q.cfg.ServingPort, q.cfg.AdminPort, q.cfg.MetricsPort} {
-		l, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+		l, err := lc.Listen(ctx, "tcp", net.JoinHostPort(q.cfg.ListenAddress, strconv.Itoa(port)))
 		if err != nil {
 			for _, l := range ls {
 				l.Close()

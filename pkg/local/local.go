@@ -328,6 +328,9 @@ func (s *Server) startReplica(ls *localService, index int) (*replica.Replica, er
 		"CONTAINER_CONCURRENCY=" + strconv.Itoa(c.ContainerConcurrency),
 		"REQUEST_TIMEOUT=" + timeoutOf(c).String(),
 		"LOG_LEVEL=" + cmp.Or(s.opts.QueueProxyLogLevel, "warn"),
+		// Replicas are reached over loopback only, whatever --address
+		// says: the front door is the one way in.
+		"QUEUE_LISTEN_ADDRESS=127.0.0.1",
 	}
 	if c.QueueDepth > 0 {
 		qenv = append(qenv, "QUEUE_DEPTH="+strconv.Itoa(c.QueueDepth))

@@ -16,7 +16,7 @@ import (
 const (
 	FormatAuto    = "auto"    // console when stderr is a terminal, else JSON
 	FormatJSON    = "json"    // one JSON object per line
-	FormatConsole = "console" // human-readable, coloured levels
+	FormatConsole = "console" // human-readable; levels coloured on a terminal
 )
 
 // New returns a logger writing to stderr in the given format ("auto",
@@ -44,7 +44,12 @@ func New(format, level string) (*zap.Logger, error) {
 		cfg.EncoderConfig.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	} else {
 		cfg = zap.NewDevelopmentConfig()
-		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		cfg.EncoderConfig.EncodeLevel = zapcore.CapitalLevelEncoder
+		if term.IsTerminal(int(os.Stderr.Fd())) {
+			// Colours only for a person at a terminal: in a file or
+			// behind swell local's prefixes they are noise.
+			cfg.EncoderConfig.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
 		cfg.EncoderConfig.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05.000")
 		cfg.Development = false
 	}

@@ -42,6 +42,7 @@ var commands = []command{
 	{name: "sim", summary: "simulate autoscaling on a trace or generated traffic, or replay decider inputs", run: runSim},
 	{name: "hello", summary: "serve the example app (what swell local --demo runs)", run: runHello},
 	{name: "queue-proxy", summary: "run the queue-proxy sidecar (what swell local runs for each replica)", run: runQueueProxy},
+	{name: "inject", summary: "inject the queue-proxy into opted-in workloads of Kubernetes manifests, offline", run: runInject},
 }
 
 func main() {

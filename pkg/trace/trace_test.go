@@ -136,9 +136,10 @@ func TestReadFileMissing(t *testing.T) {
 	}
 }
 
-// TestAzureTrace reads the shared Azure LLM trace, when the machine has it.
+// TestAzureTrace reads the shared Azure LLM trace, when the machine has it
+// (in ../shared beside the repository).
 func TestAzureTrace(t *testing.T) {
-	const path = "/work/shared/traces/azure-llm-2023-conv.csv"
+	const path = "../../../shared/traces/azure-llm-2023-conv.csv"
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		t.Skipf("%s not present", path)

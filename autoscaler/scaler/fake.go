@@ -89,65 +89,47 @@ var _ Backend = (*FakeBackend)(nil)
 
 // Status implements Backend.
 func (f *FakeBackend) Status(ctx context.Context, svc service.Key) (Status, error) {
-	c := Call{Op: OpStatus, Service: svc}
-	if err := f.enter(ctx, c); err != nil {
-		return Status{}, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.services[svc]
-	if !ok {
-		c.Err = fmt.Errorf("%s: %w", svc, ErrNotFound)
-		f.calls = append(f.calls, c)
-		return Status{}, c.Err
-	}
-	f.calls = append(f.calls, c)
-	return s.status, nil
+	var st Status
+	err := f.call(ctx, Call{Op: OpStatus, Service: svc}, func(s *fakeService) { st = s.status })
+	return st, err
 }
 
 // SetScale implements Backend.
 func (f *FakeBackend) SetScale(ctx context.Context, svc service.Key, replicas int) error {
-	c := Call{Op: OpSetScale, Service: svc, Replicas: replicas}
-	if err := f.enter(ctx, c); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, ok := f.services[svc]
-	if !ok {
-		c.Err = fmt.Errorf("%s: %w", svc, ErrNotFound)
-		f.calls = append(f.calls, c)
-		return c.Err
-	}
-	s.status.Desired = replicas
-	if f.readyFollows {
-		s.status.Ready = replicas
-	}
-	f.calls = append(f.calls, c)
-	return nil
+	return f.call(ctx, Call{Op: OpSetScale, Service: svc, Replicas: replicas}, func(s *fakeService) {
+		s.status.Desired = replicas
+		if f.readyFollows {
+			s.status.Ready = replicas
+		}
+	})
 }
 
 // SetRoute implements Backend. The route takes effect at once unless
 // SetHoldRoutes(true), in which case it waits for ConfirmRoute.
 func (f *FakeBackend) SetRoute(ctx context.Context, svc service.Key, route Route) error {
-	c := Call{Op: OpSetRoute, Service: svc, Route: route}
+	return f.call(ctx, Call{Op: OpSetRoute, Service: svc, Route: route}, func(s *fakeService) {
+		s.status.Requested = route
+		if !f.holdRoutes {
+			s.status.Route = route
+		}
+	})
+}
+
+// call runs one backend call: the hook first, then do on the service under
+// the lock, recording the call with its outcome either way.
+func (f *FakeBackend) call(ctx context.Context, c Call, do func(*fakeService)) error {
 	if err := f.enter(ctx, c); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.services[svc]
-	if !ok {
-		c.Err = fmt.Errorf("%s: %w", svc, ErrNotFound)
-		f.calls = append(f.calls, c)
-		return c.Err
-	}
-	s.status.Requested = route
-	if !f.holdRoutes {
-		s.status.Route = route
+	if s, ok := f.services[c.Service]; ok {
+		do(s)
+	} else {
+		c.Err = fmt.Errorf("%s: %w", c.Service, ErrNotFound)
 	}
 	f.calls = append(f.calls, c)
-	return nil
+	return c.Err
 }
 
 // enter runs the hook; a failing call is recorded with its error.

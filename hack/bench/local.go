@@ -204,31 +204,6 @@ func childPIDs(pid int) ([]int, error) {
 	return pids, nil
 }
 
-// startArgs is start with command-line arguments. began is the instant
-// just before the exec, from which a start-up is timed.
-func startArgs(name, bin, logDir string, args []string, env ...string) (p *process, began time.Time, err error) {
-	logPath := filepath.Join(logDir, name+".log")
-	f, err := os.Create(logPath)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("start %s: %w", name, err)
-	}
-	defer f.Close() // the child has its own copy
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	began = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("start %s: %w", name, err)
-	}
-	p = &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	return p, began, nil
-}
-
 // get sends one GET on a new connection and reads the whole response.
 func get(client *http.Client, url string) (int, []byte, error) {
 	resp, err := client.Get(url)

@@ -77,27 +77,35 @@ type process struct {
 // start runs bin with env (KEY=VALUE pairs) added to the harness's own,
 // writing its output to logDir/name.log.
 func start(name, bin, logDir string, env ...string) (*process, error) {
+	p, _, err := startArgs(name, bin, logDir, nil, env...)
+	return p, err
+}
+
+// startArgs is start with command-line arguments; it also returns the
+// moment just before the exec, for timing a start-up.
+func startArgs(name, bin, logDir string, args []string, env ...string) (p *process, began time.Time, err error) {
 	logPath := filepath.Join(logDir, name+".log")
 	f, err := os.Create(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	defer f.Close() // the child has its own copy
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// The kernel kills the child if the harness dies, so an interrupted
 	// run leaves nothing behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	began = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+		return nil, time.Time{}, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	p = &process{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	return p, nil
+	return p, began, nil
 }
 
 func (p *process) pid() int { return p.cmd.Process.Pid }

@@ -123,59 +123,35 @@ func activatorScenario(e *env) ([]section, error) {
 	}
 
 	d := e.opts.duration
-	host := []string{"Host: " + actHost}
-	paths := []struct {
-		name    string
-		url     string
-		headers []string
-	}{{"direct", p.appURL + "/", nil}, {"via activator", act.serveURL + "/", host}}
-	// Connections, goroutines and heaps warm up before anything counts.
-	warm := max(time.Second, d/5)
-	for _, path := range paths {
-		if _, err := sendLoad(swell, path.url, load{Workers: saturationConns, Duration: warm, Headers: path.headers}); err != nil {
-			return nil, err
-		}
-	}
-
-	measurements := []struct {
-		name string
-		load load
-	}{
+	paths := [2]benchPath{{"direct", p.appURL + "/", nil}, {"via activator", act.serveURL + "/", []string{"Host: " + actHost}}}
+	actCPU := make([][]time.Duration, 2)
+	pairs, err := e.compare(swell, paths, []measurement{
 		{"saturation", load{Workers: saturationConns, Duration: d}},
 		{"fixed rate", load{Rate: fixedRate, Duration: d}},
-	}
-	runs := make([]actRuns, len(measurements))
-	for round := range e.opts.reps {
-		for mi, m := range measurements {
-			// Alternate which path goes first, so that neither always
-			// follows the other.
-			for k := range paths {
-				pi := (k + round) % 2
-				l := m.load
-				l.Headers = paths[pi].headers
-				act0, err := cpuTime(act.proc.pid())
-				if err != nil {
-					return nil, err
-				}
-				s, err := p.measure(swell, paths[pi].url, l)
-				if err != nil {
-					return nil, err
-				}
-				act1, err := cpuTime(act.proc.pid())
-				if err != nil {
-					return nil, err
-				}
-				if pi == 0 {
-					runs[mi].direct = append(runs[mi].direct, s)
-				} else {
-					runs[mi].via = append(runs[mi].via, s)
-					runs[mi].actCPU = append(runs[mi].actCPU, act1-act0)
-				}
-				logf("round %d/%d %-10s %-13s %7.0f req/s  p50 %-9s p99 %-9s failed %d",
-					round+1, e.opts.reps, m.name, paths[pi].name, s.Throughput,
-					s.Latency.P50.Round(time.Microsecond), s.Latency.P99.Round(time.Microsecond), s.failed())
-			}
+	}, func(mi, pi int, url string, l load) (sample, error) {
+		act0, err := cpuTime(act.proc.pid())
+		if err != nil {
+			return sample{}, err
 		}
+		s, err := p.measure(swell, url, l)
+		if err != nil {
+			return sample{}, err
+		}
+		act1, err := cpuTime(act.proc.pid())
+		if err != nil {
+			return sample{}, err
+		}
+		if pi == 1 {
+			actCPU[mi] = append(actCPU[mi], act1-act0)
+		}
+		return s, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	runs := make([]actRuns, len(pairs))
+	for mi := range pairs {
+		runs[mi] = actRuns{pairs[mi], actCPU[mi]}
 	}
 
 	actPeak, err := memoryOf(act.proc.pid())

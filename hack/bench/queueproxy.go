@@ -142,6 +142,59 @@ func (p *pod) measure(swell, url string, l load) (sample, error) {
 // pair holds a measurement's samples on both paths, one per round.
 type pair struct{ direct, via []sample }
 
+// benchPath is one way to the app: "direct", or through the component
+// under test.
+type benchPath struct {
+	name    string
+	url     string
+	headers []string
+}
+
+// measurement is one kind of load run on both paths.
+type measurement struct {
+	name string
+	load load
+}
+
+// compare warms both paths up, then runs every measurement on both,
+// e.opts.reps rounds, alternating which path goes first so that neither
+// always follows the other, and returns each measurement's samples (path
+// 0 is direct). measure runs one load (with the path's headers set) and
+// may record more around it.
+func (e *env) compare(swell string, paths [2]benchPath, ms []measurement,
+	measure func(mi, pi int, url string, l load) (sample, error)) ([]pair, error) {
+	// Connections, goroutines and heaps warm up before anything counts.
+	warm := max(time.Second, e.opts.duration/5)
+	for _, path := range paths {
+		if _, err := sendLoad(swell, path.url, load{Workers: saturationConns, Duration: warm, Headers: path.headers}); err != nil {
+			return nil, err
+		}
+	}
+	runs := make([]pair, len(ms))
+	for round := range e.opts.reps {
+		for mi, m := range ms {
+			for k := range paths {
+				pi := (k + round) % 2
+				l := m.load
+				l.Headers = paths[pi].headers
+				s, err := measure(mi, pi, paths[pi].url, l)
+				if err != nil {
+					return nil, err
+				}
+				if pi == 0 {
+					runs[mi].direct = append(runs[mi].direct, s)
+				} else {
+					runs[mi].via = append(runs[mi].via, s)
+				}
+				logf("round %d/%d %-14s %-15s %7.0f req/s  p50 %-9s p99 %-9s failed %d",
+					round+1, e.opts.reps, m.name, paths[pi].name, s.Throughput,
+					s.Latency.P50.Round(time.Microsecond), s.Latency.P99.Round(time.Microsecond), s.failed())
+			}
+		}
+	}
+	return runs, nil
+}
+
 // median of f over samples.
 func medianOf(samples []sample, f func(sample) float64) float64 {
 	xs := make([]float64, len(samples))
@@ -182,45 +235,14 @@ func queueProxyScenario(e *env) ([]section, error) {
 	}
 
 	d := e.opts.duration
-	paths := []struct{ name, url string }{{"direct", p.appURL + "/"}, {"via queue-proxy", p.serveURL + "/"}}
-	// Connections, the app's goroutines and both heaps warm up before
-	// anything counts.
-	warm := max(time.Second, d/5)
-	for _, path := range paths {
-		if _, err := sendLoad(swell, path.url, load{Workers: saturationConns, Duration: warm}); err != nil {
-			return nil, err
-		}
-	}
-
-	measurements := []struct {
-		name string
-		load load
-	}{
+	paths := [2]benchPath{{"direct", p.appURL + "/", nil}, {"via queue-proxy", p.serveURL + "/", nil}}
+	runs, err := e.compare(swell, paths, []measurement{
 		{"saturation", load{Workers: saturationConns, Duration: d}},
 		{"fixed rate", load{Rate: fixedRate, Duration: d}},
 		{"one connection", load{Workers: 1, Duration: d}},
-	}
-	runs := make([]pair, len(measurements))
-	for round := range e.opts.reps {
-		for mi, m := range measurements {
-			// Alternate which path goes first, so that neither always
-			// follows the other.
-			for k := range paths {
-				pi := (k + round) % 2
-				s, err := p.measure(swell, paths[pi].url, m.load)
-				if err != nil {
-					return nil, err
-				}
-				if pi == 0 {
-					runs[mi].direct = append(runs[mi].direct, s)
-				} else {
-					runs[mi].via = append(runs[mi].via, s)
-				}
-				logf("round %d/%d %-14s %-15s %7.0f req/s  p50 %-9s p99 %-9s failed %d",
-					round+1, e.opts.reps, m.name, paths[pi].name, s.Throughput,
-					s.Latency.P50.Round(time.Microsecond), s.Latency.P99.Round(time.Microsecond), s.failed())
-			}
-		}
+	}, func(_ int, _ int, url string, l load) (sample, error) { return p.measure(swell, url, l) })
+	if err != nil {
+		return nil, err
 	}
 
 	appPeak, err := memoryOf(p.app.pid())

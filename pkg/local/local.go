@@ -305,14 +305,8 @@ func maxTimeout(svcs []config.Service) time.Duration {
 	return d
 }
 
-// defaultRequestTimeout is the queue-proxy's default request timeout.
-const defaultRequestTimeout = 5 * time.Minute
-
 func timeoutOf(s config.Service) time.Duration {
-	if s.RequestTimeout > 0 {
-		return s.RequestTimeout
-	}
-	return defaultRequestTimeout
+	return cmp.Or(s.RequestTimeout, config.DefaultTimeout)
 }
 
 func randomToken() string {

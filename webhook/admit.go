@@ -30,8 +30,19 @@ const (
 
 // admitter makes the admission decisions.
 type admitter struct {
-	inject inject.Config
-	log    *zap.Logger
+	inject   inject.Config
+	defaults func() autoscaling.Defaults
+	log      *zap.Logger
+}
+
+// config is how to inject now: with the cluster's current defaults when
+// they are known.
+func (a *admitter) config() inject.Config {
+	cfg := a.inject
+	if a.defaults != nil {
+		cfg.Defaults = a.defaults()
+	}
+	return cfg
 }
 
 // object is what the webhooks read of an admitted workload or pod.
@@ -70,7 +81,7 @@ func (a *admitter) mutate(req *admissionv1.AdmissionRequest) *admissionv1.Admiss
 	}
 
 	tpl := o.tpl.DeepCopy()
-	if err := inject.Template(o.meta, tpl, a.inject); err != nil {
+	if err := inject.Template(o.meta, tpl, a.config()); err != nil {
 		return a.decided("mutate", req, o, invalid(err.Error()), "invalid")
 	}
 	if equality.Semantic.DeepEqual(tpl, &o.tpl) {
@@ -126,7 +137,7 @@ func (a *admitter) validate(req *admissionv1.AdmissionRequest) *admissionv1.Admi
 		}
 		return a.decided("validate", req, o, resp, "not enabled")
 	}
-	if err := inject.Template(o.meta, o.tpl.DeepCopy(), a.inject); err != nil {
+	if err := inject.Template(o.meta, o.tpl.DeepCopy(), a.config()); err != nil {
 		return a.decided("validate", req, o, invalid(err.Error()), "invalid")
 	}
 	return a.decided("validate", req, o, allowed(), "valid")

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/inject"
 )
 
@@ -38,6 +39,11 @@ type Config struct {
 	// MaxBody is the largest request body accepted, in bytes; 0 means
 	// DefaultMaxBody.
 	MaxBody int64
+	// Defaults, if set, returns the cluster's autoscaling defaults as they
+	// are now; each request is judged against them instead of
+	// Inject.Defaults, so an edit of the defaults applies without a
+	// restart.
+	Defaults func() autoscaling.Defaults
 }
 
 // New returns the webhooks' handler. It serves POST /mutate and POST
@@ -58,7 +64,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	a := &admitter{inject: cfg.Inject, log: cfg.Logger}
+	a := &admitter{inject: cfg.Inject, defaults: cfg.Defaults, log: cfg.Logger}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /mutate", review(cfg.MaxBody, a.mutate))

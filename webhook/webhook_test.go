@@ -404,3 +404,22 @@ func TestNew(t *testing.T) {
 		t.Error("negative MaxBody accepted")
 	}
 }
+
+// TestValidateWithCurrentDefaults: with Config.Defaults, each request is
+// judged against the defaults as they are at that moment.
+func TestValidateWithCurrentDefaults(t *testing.T) {
+	d := autoscaling.DefaultDefaults()
+	h, err := New(Config{Inject: testInject, Defaults: func() autoscaling.Defaults { return d }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := deployment(true, map[string]string{autoscaling.Prefix + autoscaling.KeyMaxScale: "10"})
+	if resp := post(t, h, "/validate", reviewBody(t, admissionv1.Create, deploymentKind, obj, false)); !resp.Allowed {
+		t.Fatalf("max-scale 10 denied under the built-in defaults: %+v", resp.Result)
+	}
+	d.MaxScaleLimit = 5
+	resp := post(t, h, "/validate", reviewBody(t, admissionv1.Create, deploymentKind, obj, false))
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, autoscaling.KeyMaxScale) {
+		t.Fatalf("max-scale 10 under a max-scale-limit of 5: allowed %t, result %+v; want denied naming max-scale", resp.Allowed, resp.Result)
+	}
+}

@@ -8,8 +8,11 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/pkg/envflag"
+	"github.com/swell-run/swell/pkg/kube"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 )
@@ -30,7 +33,14 @@ const healthzPath = "/healthz"
 type config struct {
 	ServingPort, AdminPort, MetricsPort int
 
+	// ServicesFile names the static services file; "" runs the activator
+	// in Kubernetes mode.
 	ServicesFile string
+
+	// Kubernetes mode.
+	Kubeconfig      string
+	SystemNamespace string
+	ClusterDomain   string
 
 	AutoscalerURL       string
 	AutoscalerToken     string
@@ -51,6 +61,8 @@ func defaultConfig() config {
 		ServingPort:      defaultServingPort,
 		AdminPort:        defaultAdminPort,
 		MetricsPort:      defaultMetricsPort,
+		SystemNamespace:  kube.DefaultSystemNamespace,
+		ClusterDomain:    activator.DefaultClusterDomain,
 		QueueDepth:       activator.DefaultQueueDepth,
 		RequestTimeout:   activator.DefaultQueueTimeout,
 		DrainQuietPeriod: 5 * time.Second,
@@ -64,22 +76,53 @@ func defaultConfig() config {
 // setting, its value and what is accepted, or is flag.ErrHelp.
 func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, error) {
 	cfg := defaultConfig()
-	if err := bind(&cfg).Parse(args, lookupEnv); err != nil {
+	set, st := bind(&cfg)
+	if err := set.Parse(args, lookupEnv); err != nil {
 		return cfg, err
+	}
+	if ns, ok := lookupEnv("POD_NAMESPACE"); ok && ns != "" && !st.systemNamespace.IsSet() {
+		// The Downward API gives the pod's namespace: where Swell is
+		// installed, unless SYSTEM_NAMESPACE says otherwise.
+		if _, err := namespace(ns); err != nil {
+			return cfg, fmt.Errorf("invalid POD_NAMESPACE %q: %w", ns, err)
+		}
+		cfg.SystemNamespace = ns
 	}
 	if cfg.PodName == "" {
 		// In Kubernetes the hostname is the pod's name.
 		cfg.PodName, _ = os.Hostname()
 	}
+	if st.kubeconfig.IsSet() && st.kubeconfig.Name() == "KUBECONFIG" {
+		// client-go reads $KUBECONFIG itself, path lists included, as
+		// kubectl does; only --kubeconfig names one file explicitly.
+		cfg.Kubeconfig = ""
+	}
+	if cfg.kubernetesMode() && !st.autoscalerURL.IsSet() {
+		cfg.AutoscalerURL = defaultAutoscalerURL(cfg.SystemNamespace)
+	}
 	return cfg, cfg.validate()
+}
+
+// defaultAutoscalerURL is the autoscaler's endpoint for activators in
+// Kubernetes mode: its Service in the system namespace, which the reporter
+// dials at the endpoint the source knows (autoscalerDialer).
+func defaultAutoscalerURL(systemNamespace string) string {
+	return fmt.Sprintf("ws://%s.%s.svc:%d%s", kube.AutoscalerService, systemNamespace, network.DefaultAutoscalerPort, network.ActivatorReportPath)
 }
 
 func printUsage(w io.Writer) {
 	cfg := defaultConfig()
-	bind(&cfg).PrintUsage(w)
+	set, _ := bind(&cfg)
+	set.PrintUsage(w)
 }
 
-func bind(cfg *config) *envflag.Set {
+// settings are the declared settings parseConfig looks at once parsed.
+type settings struct {
+	kubeconfig, systemNamespace, autoscalerURL *envflag.Setting
+}
+
+func bind(cfg *config) (*envflag.Set, settings) {
+	var st settings
 	s := envflag.NewSet("activator")
 	envflag.Var(s, &cfg.ServingPort, "activator-port", "ACTIVATOR_PORT", cfg.ServingPort,
 		"port receiving the proxied traffic", envflag.Port)
@@ -88,11 +131,19 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.MetricsPort, "activator-metrics-port", "ACTIVATOR_METRICS_PORT", cfg.MetricsPort,
 		"port serving "+network.MetricsPath, envflag.Port)
 	envflag.Var(s, &cfg.ServicesFile, "services-file", "SERVICES_FILE", "",
-		"JSON file listing the services and their pods (reloaded on SIGHUP)", envflag.String)
-	envflag.Var(s, &cfg.AutoscalerURL, "autoscaler-url", "AUTOSCALER_URL", "",
-		`autoscaler websocket, ws://host:port`+network.ActivatorReportPath+`; "" = do not report`, wsURL)
+		`JSON file listing the services and their pods (reloaded on SIGHUP); "" = Kubernetes mode: the services are the cluster's pods-Services`, envflag.String)
+	st.kubeconfig = envflag.Var(s, &cfg.Kubeconfig, "kubeconfig", "KUBECONFIG", "",
+		`Kubernetes mode: kubeconfig file (KUBECONFIG may list several, as for kubectl); "" = ~/.kube/config if present, else the pod's service account`, envflag.String)
+	st.systemNamespace = envflag.Var(s, &cfg.SystemNamespace, "system-namespace", "SYSTEM_NAMESPACE", cfg.SystemNamespace,
+		"Kubernetes mode: namespace of the autoscaler's Service and the token Secret "+kube.ActivatorTokenSecret, namespace).
+		DefaultText("POD_NAMESPACE, else " + kube.DefaultSystemNamespace)
+	envflag.Var(s, &cfg.ClusterDomain, "cluster-domain", "CLUSTER_DOMAIN", cfg.ClusterDomain,
+		"cluster DNS suffix of the routed host names <service>.<namespace>.svc.<domain>", domain)
+	st.autoscalerURL = envflag.Var(s, &cfg.AutoscalerURL, "autoscaler-url", "AUTOSCALER_URL", "",
+		`autoscaler websocket, ws://host:port`+network.ActivatorReportPath+`; "" = do not report`, wsURL).
+		DefaultText(`"" (Kubernetes mode: ` + defaultAutoscalerURL("$SYSTEM_NAMESPACE") + `)`)
 	envflag.Var(s, &cfg.AutoscalerToken, "autoscaler-token", "AUTOSCALER_TOKEN", "",
-		"bearer token for the autoscaler", envflag.String)
+		"bearer token for the autoscaler (Kubernetes mode: read from the Secret "+kube.ActivatorTokenSecret+" if neither is set)", envflag.String)
 	envflag.Var(s, &cfg.AutoscalerTokenFile, "autoscaler-token-file", "AUTOSCALER_TOKEN_FILE", "",
 		"file holding the bearer token (wins over AUTOSCALER_TOKEN)", envflag.String)
 	envflag.Var(s, &cfg.PodName, "pod-name", "POD_NAME", "",
@@ -110,7 +161,24 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.LogFormat, "log-format", "LOG_FORMAT", cfg.LogFormat,
 		"auto (console on a terminal, else json), json or console",
 		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
-	return s
+	return s, st
+}
+
+// namespace accepts a Kubernetes namespace name.
+func namespace(s string) (string, error) {
+	if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
+		return "", fmt.Errorf("must be a namespace name: %s", strings.Join(errs, "; "))
+	}
+	return s, nil
+}
+
+// domain accepts a DNS domain such as cluster.local.
+func domain(s string) (string, error) {
+	s = strings.TrimSuffix(s, ".")
+	if errs := validation.IsDNS1123Subdomain(s); len(errs) > 0 {
+		return "", fmt.Errorf("must be a DNS domain such as cluster.local: %s", strings.Join(errs, "; "))
+	}
+	return s, nil
 }
 
 func wsURL(s string) (string, error) {
@@ -135,10 +203,7 @@ func (c config) validate() error {
 			}
 		}
 	}
-	if c.ServicesFile == "" {
-		bad(`SERVICES_FILE is not set: it must name a JSON file such as {"services":[{"key":"default/hello","pods":[{"name":"p1","addr":"10.0.0.5:8012"}]}]}`)
-	}
-	if c.AutoscalerURL != "" && c.AutoscalerToken == "" && c.AutoscalerTokenFile == "" {
+	if !c.kubernetesMode() && c.AutoscalerURL != "" && !c.tokenSet() {
 		bad("AUTOSCALER_URL %q needs AUTOSCALER_TOKEN or AUTOSCALER_TOKEN_FILE: the autoscaler refuses activators without a token", c.AutoscalerURL)
 	}
 	if c.DrainQuietPeriod > c.DrainTimeout {
@@ -146,6 +211,14 @@ func (c config) validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// kubernetesMode reports whether the services come from the cluster
+// rather than SERVICES_FILE.
+func (c config) kubernetesMode() bool { return c.ServicesFile == "" }
+
+// tokenSet reports whether the token is configured; if not, Kubernetes mode
+// reads it from the token Secret.
+func (c config) tokenSet() bool { return c.AutoscalerToken != "" || c.AutoscalerTokenFile != "" }
 
 // token returns the autoscaler token, read from the file if one is named.
 func (c config) token() (string, error) {

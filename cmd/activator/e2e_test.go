@@ -270,7 +270,9 @@ func TestBadConfigExits2(t *testing.T) {
 		want string
 	}{
 		{proctest.Env("ACTIVATOR_PORT", "abc", "SERVICES_FILE", "x"), `invalid ACTIVATOR_PORT "abc"`},
-		{nil, "SERVICES_FILE is not set"},
+		// No services file: Kubernetes mode, here with an unreadable kubeconfig.
+		{proctest.Env("KUBECONFIG", writeFile(t, "not: [yaml")), "SERVICES_FILE is not set, so the services come from Kubernetes: find the Kubernetes API server"},
+		{proctest.Env("SYSTEM_NAMESPACE", "Not_A_Namespace"), `invalid SYSTEM_NAMESPACE "Not_A_Namespace"`},
 		{proctest.Env("SERVICES_FILE", writeFile(t, `{"services":[{"key":"nokey"}]}`)), "invalid SERVICES_FILE"},
 		{proctest.Env("SERVICES_FILE", writeFile(t, `{}`), "AUTOSCALER_URL", "http://x"), `invalid AUTOSCALER_URL "http://x": must be a ws://`},
 	} {

@@ -35,6 +35,7 @@ import (
 	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 func main() {
@@ -56,33 +57,57 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if err != nil {
 		return fail(err)
 	}
-	src, err := newFileSource(cfg.ServicesFile)
-	if err != nil {
-		return fail(err)
-	}
-	token, err := cfg.token()
-	if err != nil {
-		return fail(err)
-	}
 	log, err := logging.New(cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
 		return fail(err)
 	}
 	defer log.Sync()
 
+	// The services come from SERVICES_FILE, or from the cluster.
+	var (
+		src     activator.Source
+		fileSrc *fileSource
+		kmode   *kubeMode
+	)
+	if cfg.kubernetesMode() {
+		if kmode, err = newKubeMode(cfg, log); err != nil {
+			return fail(err)
+		}
+		src = kmode.src
+	} else {
+		if fileSrc, err = newFileSource(cfg.ServicesFile); err != nil {
+			return fail(err)
+		}
+		src = fileSrc
+	}
+	// In Kubernetes mode without a configured token, the token is read
+	// from its Secret once the servers run (the autoscaler may not have
+	// created it yet).
+	tokenFromSecret := kmode != nil && cfg.AutoscalerURL != "" && !cfg.tokenSet()
+	var token string
+	if !tokenFromSecret {
+		if token, err = cfg.token(); err != nil {
+			return fail(err)
+		}
+	} else if err := stats.ValidateActivatorName(cfg.PodName); err != nil {
+		return fail(fmt.Errorf("invalid POD_NAME %q: %w", cfg.PodName, err))
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The reporter needs the activator (its Source) and the activator
-	// needs the reporter (its Poke); the closure breaks the cycle.
-	var rep *reporter.Reporter
+	// needs the reporter (its Poke); the closure breaks the cycle. The
+	// reporter may only start later (tokenFromSecret), hence the atomic.
+	var rep atomic.Pointer[reporter.Reporter]
 	act, err := activator.New(activator.Config{
-		Source:       src,
-		QueueDepth:   cfg.QueueDepth,
-		QueueTimeout: cfg.RequestTimeout,
+		Source:        src,
+		ClusterDomain: cfg.ClusterDomain,
+		QueueDepth:    cfg.QueueDepth,
+		QueueTimeout:  cfg.RequestTimeout,
 		Poke: func(service string) {
-			if rep != nil {
-				rep.Poke(service)
+			if r := rep.Load(); r != nil {
+				r.Poke(service)
 			}
 		},
 		Registerer: reg,
@@ -91,14 +116,22 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if err != nil {
 		return fail(err)
 	}
-	if cfg.AutoscalerURL != "" {
-		rep, err = reporter.New(reporter.Config{
+	newReporter := func(token string) (*reporter.Reporter, error) {
+		rc := reporter.Config{
 			URL: cfg.AutoscalerURL, Token: token, Name: cfg.PodName,
 			Source: act, Logger: log.Named("reporter"), Registerer: reg,
-		})
+		}
+		if kmode != nil {
+			rc.Dialer = kmode.dialer()
+		}
+		return reporter.New(rc)
+	}
+	if cfg.AutoscalerURL != "" && !tokenFromSecret {
+		r, err := newReporter(token)
 		if err != nil {
 			return fail(fmt.Errorf("invalid POD_NAME or AUTOSCALER_URL: %w", err))
 		}
+		rep.Store(r)
 	}
 
 	lns := make([]net.Listener, 3)
@@ -116,7 +149,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	serving.Protocols = new(http.Protocols)
 	serving.Protocols.SetHTTP1(true)
 	serving.Protocols.SetUnencryptedHTTP2(true)
-	admin := &http.Server{Handler: adminHandler(d, act, src), ReadHeaderTimeout: 5 * time.Second}
+	admin := &http.Server{Handler: adminHandler(d, act), ReadHeaderTimeout: 5 * time.Second}
 	metrics := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -130,15 +163,60 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 			}
 		})
 	}
-	wg.Go(func() { act.Run(ctx) })
-	if rep != nil {
-		wg.Go(func() { rep.Run(ctx) })
+	if kmode != nil {
+		wg.Go(func() { kmode.src.Run(ctx) })
+		// The activator applies the services once the caches hold them
+		// all: until then it is not ready (act.Synced).
+		wg.Go(func() {
+			if kmode.src.WaitForSync(ctx) {
+				log.Info("Kubernetes caches synced", zap.Int("services", len(kmode.src.Services())))
+				act.Run(ctx)
+			}
+		})
+	} else {
+		wg.Go(func() { act.Run(ctx) })
+	}
+	// The reporter starts once the activator has its services; in
+	// Kubernetes mode the autoscaler's address comes from the same caches.
+	runReporter := func(r *reporter.Reporter) {
+		select {
+		case <-act.Synced():
+			r.Run(ctx)
+		case <-ctx.Done():
+		}
+	}
+	if r := rep.Load(); r != nil {
+		wg.Go(func() { runReporter(r) })
+	}
+	if tokenFromSecret {
+		wg.Go(func() {
+			token, err := kmode.token(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					errc <- err
+				}
+				return
+			}
+			r, err := newReporter(token)
+			if err != nil {
+				errc <- err
+				return
+			}
+			rep.Store(r)
+			log.Info("autoscaler token read")
+			runReporter(r)
+		})
 	}
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
-	log.Info("activator started", zap.Int("port", cfg.ServingPort), zap.String("services", cfg.ServicesFile))
+	if kmode != nil {
+		log.Info("activator started", zap.Int("port", cfg.ServingPort), zap.String("services", "kubernetes"),
+			zap.String("systemNamespace", cfg.SystemNamespace), zap.String("autoscaler", cfg.AutoscalerURL))
+	} else {
+		log.Info("activator started", zap.Int("port", cfg.ServingPort), zap.String("services", cfg.ServicesFile))
+	}
 
 	code := 0
 wait:
@@ -146,7 +224,11 @@ wait:
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if err := src.reload(); err != nil {
+				if fileSrc == nil {
+					log.Info("SIGHUP ignored: the services come from Kubernetes")
+					continue
+				}
+				if err := fileSrc.reload(); err != nil {
 					log.Error("reload failed; keeping the previous services", zap.Error(err))
 				} else {
 					log.Info("services reloaded")
@@ -164,7 +246,7 @@ wait:
 			log.Info("drained", zap.Bool("timedOut", d.TimedOut()))
 			break wait
 		case err := <-errc:
-			log.Error("server failed", zap.Error(err))
+			log.Error("stopping after a failure", zap.Error(err))
 			code = 1
 			break wait
 		}
@@ -180,24 +262,20 @@ wait:
 }
 
 // adminHandler serves liveness, readiness and drain. Readiness waits for
-// the first sync of the source (every listed service known to the
-// activator), so a new activator is not sent traffic it would 404.
-func adminHandler(d *drain.Drainer, act *activator.Activator, src *fileSource) http.Handler {
-	var synced atomic.Bool
+// the activator's first sync of the source (every listed service known to
+// it; in Kubernetes mode it starts once the caches synced), so a new
+// activator is not sent traffic it would 404.
+func adminHandler(d *drain.Drainer, act *activator.Activator) http.Handler {
 	ready := func() bool {
 		if d.Draining() {
 			return false
 		}
-		if synced.Load() {
+		select {
+		case <-act.Synced():
 			return true
+		default:
+			return false
 		}
-		for _, s := range src.Services() {
-			if _, ok := act.Routable(s.Key); !ok {
-				return false
-			}
-		}
-		synced.Store(true)
-		return true
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(healthzPath, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

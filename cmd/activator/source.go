@@ -63,8 +63,9 @@ func loadServices(path string) ([]activator.Service, error) {
 	return out, nil
 }
 
-// fileSource is an activator.Source over SERVICES_FILE: the static source
-// until the local and Kubernetes sources exist.
+// fileSource is an activator.Source over SERVICES_FILE: a static set,
+// reloaded on SIGHUP. Without SERVICES_FILE the activator runs in
+// Kubernetes mode (kube.go).
 type fileSource struct {
 	path    string
 	mu      sync.Mutex

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/swell-run/swell/activator/kubesource"
+	"github.com/swell-run/swell/pkg/kube"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// listener accepts on loopback and reports each connection.
+func listener(t *testing.T) (string, <-chan struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan struct{}, 10)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+func TestAutoscalerDialer(t *testing.T) {
+	leaderAddr, leader := listener(t)
+	otherAddr, other := listener(t)
+	var endpoint string
+	dial := autoscalerDialer(kube.HostNames(kube.AutoscalerService, "swell-system", "cluster.local"), "swell-system/autoscaler",
+		func() (string, bool) { return endpoint, endpoint != "" }, (&net.Dialer{}).DialContext)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	_, err := dial(ctx, "tcp", "autoscaler.swell-system.svc:8080")
+	if err == nil || !strings.Contains(err.Error(), "Service swell-system/autoscaler has no ready endpoint") {
+		t.Fatalf("no endpoint: got %v, want an error naming the Service", err)
+	}
+
+	endpoint = leaderAddr
+	for _, tc := range []struct {
+		addr     string
+		toLeader bool
+	}{
+		{"autoscaler.swell-system.svc:8080", true},
+		{"AUTOSCALER.swell-system.svc.cluster.local.:8080", true},
+		{"autoscaler.swell-system:80", true},
+		{otherAddr, false},
+	} {
+		c, err := dial(ctx, "tcp", tc.addr)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.addr, err)
+		}
+		c.Close()
+		select {
+		case <-leader:
+			if !tc.toLeader {
+				t.Errorf("%s reached the autoscaler's endpoint", tc.addr)
+			}
+		case <-other:
+			if tc.toLeader {
+				t.Errorf("%s reached %s, not the autoscaler's endpoint", tc.addr, otherAddr)
+			}
+		case <-ctx.Done():
+			t.Fatalf("%s: nobody accepted", tc.addr)
+		}
+	}
+}
+
+// TestReporterDialerReachesAutoscalerEndpoint: the websocket dialer of
+// Kubernetes mode connects the default autoscaler URL to the endpoint in
+// the autoscaler Service's EndpointSlice, with no DNS involved.
+func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
+	upgraded := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != network.ActivatorReportPath {
+			http.NotFound(w, r)
+			return
+		}
+		c, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		c.Close()
+		upgraded <- struct{}{}
+	}))
+	defer srv.Close()
+	host, portText, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portText)
+	port32, name, ready := int32(port), kube.PortNameHTTP, true
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: "autoscaler-leader",
+			Labels: map[string]string{discoveryv1.LabelServiceName: kube.AutoscalerService}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port32}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}
+
+	cfg, err := parseConfig(nil, envOf("SYSTEM_NAMESPACE", "infra"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := kubesource.New(kubesource.Config{Client: fake.NewClientset(slice), SystemNamespace: cfg.SystemNamespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if !src.WaitForSync(ctx) {
+		t.Fatal("the source never synced")
+	}
+
+	k := &kubeMode{cfg: cfg, src: src, log: zap.NewNop()}
+	c, _, err := k.dialer().DialContext(ctx, cfg.AutoscalerURL, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", cfg.AutoscalerURL, err)
+	}
+	c.Close()
+	<-upgraded
+}

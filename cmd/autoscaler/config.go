@@ -1,0 +1,154 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/swell-run/swell/pkg/envflag"
+	"github.com/swell-run/swell/pkg/inject"
+	"github.com/swell-run/swell/pkg/kube"
+	"github.com/swell-run/swell/pkg/logging"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// The autoscaler's ports.
+const (
+	defaultWebhookPort = 8443
+	defaultAdminPort   = 8022
+	defaultMetricsPort = 9090
+)
+
+// healthzPath on the admin port answers 200 while the process runs.
+const healthzPath = "/healthz"
+
+// config is everything the autoscaler binary can be told.
+type config struct {
+	Kubeconfig string
+	// PodName is this replica's identity in the leader election;
+	// Namespace is the system namespace (its own); PodIP is where the
+	// activators reach it while it leads.
+	PodName, Namespace, PodIP string
+
+	Port, WebhookPort, AdminPort, MetricsPort int
+
+	QueueProxyImage string
+	Workers         int
+	TickInterval    time.Duration
+
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	LogLevel, LogFormat string
+}
+
+func defaultConfig() config {
+	return config{
+		Namespace:       kube.DefaultSystemNamespace,
+		Port:            network.DefaultAutoscalerPort,
+		WebhookPort:     defaultWebhookPort,
+		AdminPort:       defaultAdminPort,
+		MetricsPort:     defaultMetricsPort,
+		QueueProxyImage: inject.DefaultImage,
+		Workers:         4,
+		TickInterval:    2 * time.Second,
+		// client-go's usual leader election timings.
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+		LogLevel:      "info",
+		LogFormat:     logging.FormatAuto,
+	}
+}
+
+// parseConfig reads flags and environment; the error names each bad
+// setting, its value and what is accepted, or is flag.ErrHelp.
+func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, error) {
+	cfg := defaultConfig()
+	if err := bind(&cfg).Parse(args, lookupEnv); err != nil {
+		return cfg, err
+	}
+	if cfg.PodName == "" {
+		// In Kubernetes the hostname is the pod's name.
+		cfg.PodName, _ = os.Hostname()
+	}
+	return cfg, cfg.validate()
+}
+
+func printUsage(w io.Writer) {
+	cfg := defaultConfig()
+	bind(&cfg).PrintUsage(w)
+}
+
+func bind(cfg *config) *envflag.Set {
+	s := envflag.NewSet("autoscaler")
+	envflag.Var(s, &cfg.Kubeconfig, "kubeconfig", "KUBECONFIG", "",
+		"kubeconfig file; unset: ~/.kube/config if present, else the pod's service account", envflag.String)
+	envflag.Var(s, &cfg.PodName, "pod-name", "POD_NAME", "",
+		"this replica's identity in the leader election", envflag.String).DefaultText("hostname")
+	envflag.Var(s, &cfg.Namespace, "namespace", "POD_NAMESPACE", cfg.Namespace,
+		"Swell's namespace: the lease, the defaults ConfigMap, the Secrets, the activator", envflag.String)
+	envflag.Var(s, &cfg.PodIP, "pod-ip", "POD_IP", "",
+		"this replica's address, published for the activators while it leads", envflag.String)
+	envflag.Var(s, &cfg.Port, "port", "AUTOSCALER_PORT", cfg.Port,
+		"port serving the activators' websocket ("+network.ActivatorReportPath+") and "+network.AutoscalerStatusPath, envflag.Port)
+	envflag.Var(s, &cfg.WebhookPort, "webhook-port", "WEBHOOK_PORT", cfg.WebhookPort,
+		"port serving the admission webhooks over TLS", envflag.Port)
+	envflag.Var(s, &cfg.AdminPort, "admin-port", "ADMIN_PORT", cfg.AdminPort,
+		"port serving "+healthzPath+" and "+network.ReadyPath, envflag.Port)
+	envflag.Var(s, &cfg.MetricsPort, "metrics-port", "METRICS_PORT", cfg.MetricsPort,
+		"port serving "+network.MetricsPath, envflag.Port)
+	envflag.Var(s, &cfg.QueueProxyImage, "queue-proxy-image", "QUEUE_PROXY_IMAGE", cfg.QueueProxyImage,
+		"image of the queue-proxy sidecar the webhook injects", envflag.String)
+	envflag.Var(s, &cfg.Workers, "workers", "WORKERS", cfg.Workers,
+		"reconcilers working at once, per controller", envflag.IntAtLeast(1))
+	envflag.Var(s, &cfg.TickInterval, "tick-interval", "TICK_INTERVAL", cfg.TickInterval,
+		"how often every service is decided", envflag.DurationAtLeast(100*time.Millisecond))
+	envflag.Var(s, &cfg.LeaseDuration, "lease-duration", "LEASE_DURATION", cfg.LeaseDuration,
+		"how long a leader's lease lasts without renewal", envflag.DurationAtLeast(time.Second))
+	envflag.Var(s, &cfg.RenewDeadline, "renew-deadline", "RENEW_DEADLINE", cfg.RenewDeadline,
+		"how long the leader keeps trying to renew before it gives up the lead", envflag.DurationAtLeast(time.Second))
+	envflag.Var(s, &cfg.RetryPeriod, "retry-period", "RETRY_PERIOD", cfg.RetryPeriod,
+		"how often a follower tries to take the lead", envflag.DurationAtLeast(100*time.Millisecond))
+	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
+		"debug, info, warn or error", envflag.OneOf("debug", "info", "warn", "error"))
+	envflag.Var(s, &cfg.LogFormat, "log-format", "LOG_FORMAT", cfg.LogFormat,
+		"auto (console on a terminal, else json), json or console",
+		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
+	return s
+}
+
+// validate checks settings together.
+func (c config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	ports := []struct {
+		name string
+		port int
+	}{{"AUTOSCALER_PORT", c.Port}, {"WEBHOOK_PORT", c.WebhookPort}, {"ADMIN_PORT", c.AdminPort}, {"METRICS_PORT", c.MetricsPort}}
+	for i, p := range ports {
+		for _, q := range ports[:i] {
+			if p.port == q.port {
+				bad("%s and %s are both %d: every port must be different", q.name, p.name, p.port)
+			}
+		}
+	}
+	if c.PodName == "" {
+		bad("POD_NAME is not set and the hostname is unknown: set it to the pod's name (fieldRef metadata.name)")
+	}
+	if c.PodIP == "" {
+		bad("POD_IP is not set: set it to the pod's address (fieldRef status.podIP); the activators reach the leader there")
+	}
+	if c.Namespace == "" {
+		bad("POD_NAMESPACE is empty: set it to Swell's namespace (fieldRef metadata.namespace)")
+	}
+	// client-go's own rule, said with our names.
+	if c.LeaseDuration <= c.RenewDeadline {
+		bad("LEASE_DURATION %s must exceed RENEW_DEADLINE %s", c.LeaseDuration, c.RenewDeadline)
+	}
+	if c.RenewDeadline <= c.RetryPeriod*6/5 {
+		bad("RENEW_DEADLINE %s must exceed 1.2 × RETRY_PERIOD %s", c.RenewDeadline, c.RetryPeriod)
+	}
+	return errors.Join(errs...)
+}

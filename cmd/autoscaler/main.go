@@ -1,0 +1,361 @@
+// Command autoscaler is Swell's control plane on Kubernetes. Every replica
+// serves the admission webhooks (package webhook) with a certificate it
+// keeps itself (package pkg/kube/certs). One replica, elected through a
+// Lease, runs the autoscaling loop (package autoscaler) over the opted-in
+// Deployments (package autoscaler/kube/controller), routes their Services
+// (package autoscaler/kube/routing) and receives the activators' reports.
+// It is configured by environment variables or the equivalent flags (run
+// with --help); docs/kubernetes.md describes the whole.
+//
+// Exit codes: 0 after SIGTERM, 1 on a runtime failure or a lost lead (the
+// replica restarts as a follower), 2 on bad configuration.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/autoscaler"
+	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/autoscaler/kube/controller"
+	"github.com/swell-run/swell/autoscaler/kube/routing"
+	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/inject"
+	"github.com/swell-run/swell/pkg/kube"
+	"github.com/swell-run/swell/pkg/kube/certs"
+	"github.com/swell-run/swell/pkg/logging"
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/webhook"
+)
+
+// component names the autoscaler to the API server and in Events.
+const component = "swell-autoscaler"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+}
+
+func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io.Writer) int {
+	cfg, err := parseConfig(args, lookupEnv)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout)
+		return 0
+	}
+	fail := func(err error) int {
+		for line := range strings.SplitSeq(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "autoscaler: %s\n", line)
+		}
+		return 2
+	}
+	if err != nil {
+		return fail(err)
+	}
+	log, err := logging.New(cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return fail(err)
+	}
+	defer log.Sync()
+
+	rest, err := kube.RESTConfig(cfg.Kubeconfig, component)
+	if err != nil {
+		return fail(err)
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		return fail(fmt.Errorf("Kubernetes client: %w", err))
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	a := &app{cfg: cfg, log: log, client: client}
+	if err := a.run(ctx); err != nil {
+		log.Error("autoscaler stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+// app is one autoscaler replica.
+type app struct {
+	cfg    config
+	log    *zap.Logger
+	client kubernetes.Interface
+
+	// synced turns true once the informers have their first lists; leading
+	// once this replica holds the lead.
+	synced, leading atomic.Bool
+}
+
+func (a *app) run(ctx context.Context) error {
+	cfg, log := a.cfg, a.log
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(4)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: cfg.PodName})
+
+	factory := informers.NewSharedInformerFactory(a.client, 10*time.Minute)
+	router, err := routing.New(routing.Config{
+		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
+		Logger: log.Named("routing"), Recorder: recorder,
+	})
+	if err != nil {
+		return err
+	}
+	ctl, err := controller.New(controller.Config{
+		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
+		Router: router, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"),
+	})
+	if err != nil {
+		return err
+	}
+
+	// The activators' token: created by the first replica to start.
+	var token string
+	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
+		func(ctx context.Context) (bool, error) {
+			t, err := certs.EnsureToken(ctx, a.client, cfg.Namespace, kube.ActivatorTokenSecret, kube.ActivatorTokenKey)
+			if err != nil {
+				log.Warn("cannot ensure the activators' token; retrying", zap.Error(err))
+				return false, nil
+			}
+			token = t
+			return true, nil
+		})
+	if err != nil {
+		return fmt.Errorf("activators' token: %w", err)
+	}
+
+	as, err := autoscaler.New(autoscaler.Config{
+		TickInterval: cfg.TickInterval,
+		Backend:      ctl,
+		Scaler:       scaler.Options{OnEvent: ctl.OnEvent},
+		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
+		Registerer:   reg,
+		OnNotable:    ctl.OnNotable,
+	}, clock.RealClock{}, log)
+	if err != nil {
+		return err
+	}
+	ctl.SetScaling(as)
+
+	certMgr, err := certs.New(certs.Config{Client: a.client, Namespace: cfg.Namespace, Logger: log.Named("certs")})
+	if err != nil {
+		return err
+	}
+	defaults, defaultsFactory := newWebhookDefaults(a.client, cfg.Namespace, log.Named("webhook"))
+	hooks, err := webhook.New(webhook.Config{
+		Inject:   inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()},
+		Defaults: defaults.Current,
+		Logger:   log.Named("webhook"),
+	})
+	if err != nil {
+		return err
+	}
+
+	servers := []struct {
+		port int
+		srv  *http.Server
+		tls  bool
+	}{
+		{cfg.Port, &http.Server{Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second}, false},
+		{cfg.WebhookPort, &http.Server{
+			Handler: hooks, ReadHeaderTimeout: 10 * time.Second,
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certMgr.GetCertificate},
+		}, true},
+		{cfg.AdminPort, &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second}, false},
+		{cfg.MetricsPort, &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}, false},
+	}
+	var wg sync.WaitGroup
+	errc := make(chan error, len(servers)+1)
+	for _, s := range servers {
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(s.port))
+		if err != nil {
+			return err
+		}
+		wg.Go(func() {
+			var err error
+			if s.tls {
+				err = s.srv.ServeTLS(ln, "", "")
+			} else {
+				err = s.srv.Serve(ln)
+			}
+			if !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		})
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		for _, s := range servers {
+			s.srv.Shutdown(sctx)
+		}
+		wg.Wait()
+	}()
+
+	wg.Go(func() {
+		if err := certMgr.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- fmt.Errorf("webhook certificates: %w", err)
+		}
+	})
+	for _, f := range []informers.SharedInformerFactory{factory, defaultsFactory} {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer for %v did not sync", typ)
+			}
+		}
+	}
+	a.synced.Store(true)
+	log.Info("autoscaler started; waiting for the lead", zap.String("identity", cfg.PodName))
+
+	lost := make(chan struct{})
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: kube.LeaseName},
+			Client:     a.client.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: cfg.PodName, EventRecorder: recorder},
+		},
+		LeaseDuration: cfg.LeaseDuration,
+		RenewDeadline: cfg.RenewDeadline,
+		RetryPeriod:   cfg.RetryPeriod,
+		// On SIGTERM the lease is released at once, so a follower takes
+		// over within its retry period rather than a lease duration.
+		ReleaseOnCancel: true,
+		Name:            kube.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				if err := a.lead(ctx, router, ctl, as); err != nil && ctx.Err() == nil {
+					errc <- err
+				}
+			},
+			OnStoppedLeading: func() { close(lost) },
+			OnNewLeader: func(identity string) {
+				log.Info("leader", zap.String("identity", identity), zap.Bool("self", identity == cfg.PodName))
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	wg.Go(func() { elector.Run(ctx) })
+
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: stopping")
+		return nil
+	case <-lost:
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Its informers and loop hold a leader's state; a restart as a
+		// follower is the simple way to drop it.
+		return errors.New("lost the lead")
+	case err := <-errc:
+		return err
+	}
+}
+
+// lead runs what only the leader does, until ctx ends.
+func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.Controller, as *autoscaler.Autoscaler) error {
+	cfg, log := a.cfg, a.log
+	log.Info("leading")
+	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: 1 << 30},
+		func(ctx context.Context) (bool, error) {
+			if err := controller.PublishLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, cfg.Port); err != nil {
+				log.Warn("cannot publish this replica as the autoscaler endpoint; retrying", zap.Error(err))
+				return false, nil
+			}
+			return true, nil
+		})
+	if err != nil {
+		return err
+	}
+	a.leading.Store(true)
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	wg.Go(func() { errc <- router.Run(ctx, cfg.Workers) })
+	wg.Go(func() { errc <- ctl.Run(ctx, cfg.Workers) })
+	wg.Go(func() { errc <- as.Run(ctx) })
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return nil
+}
+
+// leaderOnly serves h on the leader. Activators reach only the leader (it
+// publishes its address), but a client that dialled a follower gets a 503
+// that says so rather than an empty status.
+func (a *app) leaderOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !a.leading.Load() {
+			w.Header().Set(network.ReasonHeader, "not-leader")
+			http.Error(w, "this autoscaler replica does not hold the lead; the Service "+kube.AutoscalerService+" points at the one that does", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// admin serves liveness and readiness. A replica is ready once its
+// informers synced and it holds a webhook certificate: it can then admit
+// requests, whether or not it leads.
+func (a *app) admin(certMgr *certs.Manager) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+healthzPath, func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET "+network.ReadyPath, func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !a.synced.Load():
+			http.Error(w, "informers not synced", http.StatusServiceUnavailable)
+		case !certMgr.Ready():
+			http.Error(w, "no webhook certificate yet", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintf(w, "ready (leading: %t)\n", a.leading.Load())
+		}
+	})
+	return mux
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +29,15 @@ type webhookConfig struct {
 	patch func(ctx context.Context, name string, patch []byte) error
 }
 
+// namesAndBundles lists the name and CA bundle of each webhook, in order.
+func namesAndBundles[W any](webhooks []W, of func(W) (string, []byte)) ([]string, [][]byte) {
+	names, bundles := make([]string, len(webhooks)), make([][]byte, len(webhooks))
+	for i, w := range webhooks {
+		names[i], bundles[i] = of(w)
+	}
+	return names, bundles
+}
+
 func (m *Manager) webhookConfigs() []webhookConfig {
 	adm := m.client.AdmissionregistrationV1()
 	return []webhookConfig{
@@ -37,10 +48,9 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 				if err != nil {
 					return nil, nil, err
 				}
-				names, bundles := make([]string, len(c.Webhooks)), make([][]byte, len(c.Webhooks))
-				for i, w := range c.Webhooks {
-					names[i], bundles[i] = w.Name, w.ClientConfig.CABundle
-				}
+				names, bundles := namesAndBundles(c.Webhooks, func(w admissionregistrationv1.MutatingWebhook) (string, []byte) {
+					return w.Name, w.ClientConfig.CABundle
+				})
 				return names, bundles, nil
 			},
 			patch: func(ctx context.Context, name string, patch []byte) error {
@@ -55,10 +65,9 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 				if err != nil {
 					return nil, nil, err
 				}
-				names, bundles := make([]string, len(c.Webhooks)), make([][]byte, len(c.Webhooks))
-				for i, w := range c.Webhooks {
-					names[i], bundles[i] = w.Name, w.ClientConfig.CABundle
-				}
+				names, bundles := namesAndBundles(c.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) (string, []byte) {
+					return w.Name, w.ClientConfig.CABundle
+				})
 				return names, bundles, nil
 			},
 			patch: func(ctx context.Context, name string, patch []byte) error {

@@ -82,7 +82,9 @@ func (a *admitter) mutate(req *admissionv1.AdmissionRequest) *admissionv1.Admiss
 
 	tpl := o.tpl.DeepCopy()
 	if err := inject.Template(o.meta, tpl, a.config()); err != nil {
-		return a.decided("mutate", req, o, invalid(err.Error()), "invalid")
+		// One webhook denies, the validating one: its failure policy is
+		// the one that decides whether invalid settings may pass.
+		return a.decided("mutate", req, o, allowed(), "invalid: left to validation")
 	}
 	if equality.Semantic.DeepEqual(tpl, &o.tpl) {
 		return a.decided("mutate", req, o, allowed(), "already injected")

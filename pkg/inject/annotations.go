@@ -45,6 +45,11 @@ const (
 	AnnotationUserReadinessProbe = Prefix + "user-readiness-probe"
 )
 
+// AnnotationStatus is the autoscaler's status of a Deployment, as JSON. The
+// autoscaler writes it; it is accepted on a workload and never read as a
+// setting.
+const AnnotationStatus = Prefix + "status"
+
 // The bounds and defaults of the request timeout.
 const (
 	DefaultTimeout = 5 * time.Minute
@@ -63,6 +68,7 @@ var known = []string{
 	AnnotationContainer,
 	AnnotationInjected,
 	AnnotationUserReadinessProbe,
+	AnnotationStatus,
 }
 
 // settings are the per-service values read from the annotations.

@@ -24,13 +24,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/swell-run/swell/pkg/inject"
 )
 
 // Prefix starts every label and annotation key Swell writes.
-const Prefix = "swell.run/"
+const Prefix = inject.Prefix
 
 // LabelEnabled opts a Deployment and its pod template in (value "true").
-const LabelEnabled = Prefix + "enabled"
+const LabelEnabled = inject.LabelEnabled
 
 // Labels Swell writes on the objects it creates or takes over.
 const (
@@ -69,7 +71,7 @@ const (
 	// pods-Service, validated, for the activator.
 	AnnotationContainerConcurrency = Prefix + "container-concurrency"
 	// AnnotationStatus is the autoscaler's status of a Deployment, JSON.
-	AnnotationStatus = Prefix + "status"
+	AnnotationStatus = inject.AnnotationStatus
 )
 
 // Ports and names in Swell's own namespace.

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -57,7 +59,8 @@ const (
 var binaryNames = map[string]string{etcdModule: "etcd"}
 
 // Swell's binaries for the image table: image name → package in the main
-// module. Optional ones are skipped while the package does not exist.
+// module. An optional one whose package has no main package yet is left
+// unbuilt (Binaries.Unbuilt), so that only a pod that uses it fails.
 var swellImages = []struct {
 	image, pkg string
 	optional   bool
@@ -111,7 +114,10 @@ type Binaries struct {
 	Kubectl               string
 	// Images is the node agent's image table: image name (no tag) →
 	// binary. Empty when Options.SkipSwell.
-	Images   map[string]string
+	Images map[string]string
+	// Unbuilt maps the optional images whose package did not exist yet to
+	// that package.
+	Unbuilt  map[string]string
 	Versions Versions
 }
 
@@ -155,7 +161,7 @@ func Build(ctx context.Context, opts Options) (Binaries, error) {
 	}
 
 	if !o.SkipSwell {
-		if b.Images, err = o.buildSwell(ctx); err != nil {
+		if b.Images, b.Unbuilt, err = o.buildSwell(ctx); err != nil {
 			return Binaries{}, err
 		}
 	}
@@ -380,36 +386,44 @@ func (o Options) buildKubernetes(ctx context.Context, dir string, tools []string
 }
 
 // buildSwell builds Swell's image binaries into SwellBinDir and returns the
-// image table.
-func (o Options) buildSwell(ctx context.Context) (map[string]string, error) {
+// image table and the optional images left unbuilt.
+func (o Options) buildSwell(ctx context.Context) (images, unbuilt map[string]string, err error) {
 	if err := os.MkdirAll(o.SwellBinDir, 0o755); err != nil {
-		return nil, fmt.Errorf("build: %w", err)
+		return nil, nil, fmt.Errorf("build: %w", err)
 	}
-	images := map[string]string{ShellImage: "/bin/sh"}
+	images = map[string]string{ShellImage: "/bin/sh"}
+	unbuilt = map[string]string{}
 	for _, img := range swellImages {
-		if img.optional && !hasGoFiles(filepath.Join(o.MainDir, img.pkg)) {
-			o.Log.Info("skipping absent package", "image", img.image, "package", img.pkg)
+		if img.optional && !hasMainPackage(filepath.Join(o.MainDir, img.pkg)) {
+			o.Log.Info("not built: no main package yet; pods using the image will wait in ErrImagePull", "image", img.image, "package", img.pkg)
+			unbuilt[img.image] = img.pkg
 			continue
 		}
 		out := filepath.Join(o.SwellBinDir, path.Base(img.pkg))
 		args := append([]string{"build"}, buildFlags...)
 		args = append(args, "-o", out, img.pkg)
 		if err := o.goBuild(ctx, o.MainDir, path.Base(img.pkg), args...); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		images[img.image] = out
 	}
-	return images, nil
+	return images, unbuilt, nil
 }
 
-func hasGoFiles(dir string) bool {
+// hasMainPackage reports whether dir holds a Go file of package main (test
+// files aside).
+func hasMainPackage(dir string) bool {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return false
 	}
 	for _, e := range entries {
 		n := e.Name()
-		if e.Type()&fs.ModeType == 0 && strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+		if e.Type()&fs.ModeType != 0 || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, n), nil, parser.PackageClauseOnly)
+		if err == nil && f.Name.Name == "main" {
 			return true
 		}
 	}

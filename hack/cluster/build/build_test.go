@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -182,4 +183,48 @@ func declaredVars(t *testing.T, file string) map[string]bool {
 		}
 	}
 	return vars
+}
+
+func TestHasMainPackage(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hasMainPackage(filepath.Join(dir, "absent")) || hasMainPackage(dir) {
+		t.Error("an absent or empty directory has a main package")
+	}
+	write("main_test.go", "package main\n")
+	write("doc.txt", "package main\n")
+	if hasMainPackage(dir) {
+		t.Error("a test file or a non-Go file makes a main package")
+	}
+	write("lib.go", "// Package lib is not a command.\npackage lib\n")
+	if hasMainPackage(dir) {
+		t.Error("package lib is a main package")
+	}
+	write("main.go", "// Command x.\npackage main\n\nfunc main() {}\n")
+	if !hasMainPackage(dir) {
+		t.Error("a directory with package main has none")
+	}
+}
+
+// TestSwellImagesExist checks the image table against the source tree:
+// every required package is a command, and the optional ones are exactly
+// those that may be missing.
+func TestSwellImagesExist(t *testing.T) {
+	o, err := Options{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range swellImages {
+		if !img.optional && !hasMainPackage(filepath.Join(o.MainDir, img.pkg)) {
+			t.Errorf("image %s: package %s has no main package", img.image, img.pkg)
+		}
+		if !strings.HasPrefix(img.image, "swell/") || path.Base(img.image) != path.Base(img.pkg) {
+			t.Errorf("image %s of package %s: want swell/<the package's last element>, so that registry-qualified names find it", img.image, img.pkg)
+		}
+	}
 }

@@ -345,6 +345,10 @@ func (c *Cluster) apiserverArgs(cfg Config) []string {
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--cert-dir=" + filepath.Join(c.StateDir, "apiserver"),
 		"--allow-privileged=true",
+		// There is no kube-proxy: webhooks and aggregated APIs referenced
+		// by a Service are dialled at one of its ready endpoints (pod
+		// IPs, reached through the bridge) instead of its ClusterIP.
+		"--enable-aggregator-routing=true",
 	}
 }
 

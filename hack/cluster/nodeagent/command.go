@@ -1,19 +1,36 @@
 package nodeagent
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// imageBinary resolves a container image to the binary that plays it: the
-// image's name without tag or digest is looked up in the table.
-func imageBinary(images map[string]string, image string) (string, error) {
+// images is the node's image table: which binary plays an image.
+type images struct {
+	// binaries maps an image name without tag to its binary.
+	binaries map[string]string
+	// unbuilt maps an image name to the package of Swell's source tree it
+	// is built from, for images whose package did not exist when the
+	// binaries were built.
+	unbuilt map[string]string
+}
+
+// binary resolves a container image to the binary that plays it. The
+// image's name without tag or digest is looked up; failing that, its last
+// path element under swell/, so that a registry-qualified name such as
+// ghcr.io/swell-run/activator:v1 plays as swell/activator.
+func (im images) binary(image string) (string, error) {
 	name := image
 	if i := strings.Index(name, "@"); i >= 0 {
 		name = name[:i]
@@ -21,11 +38,17 @@ func imageBinary(images map[string]string, image string) (string, error) {
 	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
 		name = name[:i]
 	}
-	if bin, ok := images[name]; ok {
-		return bin, nil
+	for _, n := range []string{name, "swell/" + path.Base(name)} {
+		if bin, ok := im.binaries[n]; ok {
+			return bin, nil
+		}
+		if pkg, ok := im.unbuilt[n]; ok {
+			return "", fmt.Errorf("image %q (%s) has no binary: its package %s did not exist in Swell's source tree when the cluster's binaries were built; start the cluster again once it does",
+				image, n, pkg)
+		}
 	}
-	known := make([]string, 0, len(images))
-	for k := range images {
+	known := make([]string, 0, len(im.binaries))
+	for k := range im.binaries {
 		known = append(known, k)
 	}
 	sort.Strings(known)
@@ -33,33 +56,142 @@ func imageBinary(images map[string]string, image string) (string, error) {
 		image, strings.Join(known, ", "))
 }
 
-// containerEnv returns the container's environment as an ordered list, with
-// valueFrom fieldRef resolved and $(VAR) references expanded the way the
-// kubelet does: each value may refer to variables defined before it.
-func containerEnv(pod *corev1.Pod, c *corev1.Container, podIP string) ([]envVar, error) {
+// envInputs is what a container's environment is made of besides its spec.
+type envInputs struct {
+	podIP, hostIP string
+	// pod holds the variables every container of the pod gets unless it
+	// sets them itself: the way to the apiserver.
+	pod []envVar
+	// refs reads the Secrets and ConfigMaps the environment names.
+	refs refReader
+}
+
+// refReader reads the objects a container's environment refers to.
+type refReader interface {
+	secret(ctx context.Context, namespace, name string) (*corev1.Secret, error)
+	configMap(ctx context.Context, namespace, name string) (*corev1.ConfigMap, error)
+}
+
+// containerEnv returns the container's environment as an ordered list, the
+// way the kubelet builds it: the pod's variables, then envFrom, then env,
+// each value with valueFrom resolved and $(VAR) references expanded from
+// the variables defined before it. Secrets and ConfigMaps are read now; a
+// missing one (not optional) is an error, and the container waits.
+func containerEnv(ctx context.Context, pod *corev1.Pod, c *corev1.Container, in envInputs) ([]envVar, error) {
 	env := []envVar{
 		{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		{"HOSTNAME", pod.Name},
 	}
-	if len(c.EnvFrom) > 0 {
-		return nil, fmt.Errorf("container %q: envFrom is not supported by the node agent; use env with value or valueFrom.fieldRef", c.Name)
+	env = append(env, in.pod...)
+	for _, from := range c.EnvFrom {
+		data, err := envFromData(ctx, pod.Namespace, from, in.refs)
+		if err != nil {
+			return nil, fmt.Errorf("container %q: envFrom: %w", c.Name, err)
+		}
+		keys := make([]string, 0, len(data))
+		for k := range data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			env = setEnv(env, from.Prefix+k, data[k])
+		}
 	}
 	for _, e := range c.Env {
-		var v string
-		switch {
-		case e.ValueFrom == nil:
-			v = expand(e.Value, lookupIn(env))
-		case e.ValueFrom.FieldRef != nil:
-			var err error
-			if v, err = fieldRef(pod, e.ValueFrom.FieldRef.FieldPath, podIP); err != nil {
-				return nil, fmt.Errorf("container %q: env %s: %w", c.Name, e.Name, err)
-			}
-		default:
-			return nil, fmt.Errorf("container %q: env %s: only value and valueFrom.fieldRef are supported by the node agent", c.Name, e.Name)
+		v, set, err := envValue(ctx, pod, e, env, in)
+		if err != nil {
+			return nil, fmt.Errorf("container %q: env %s: %w", c.Name, e.Name, err)
 		}
-		env = setEnv(env, e.Name, v)
+		if set {
+			env = setEnv(env, e.Name, v)
+		}
 	}
 	return env, nil
+}
+
+// envValue resolves one env entry; set is false for an optional reference
+// to a missing object or key.
+func envValue(ctx context.Context, pod *corev1.Pod, e corev1.EnvVar, env []envVar, in envInputs) (v string, set bool, err error) {
+	src := e.ValueFrom
+	switch {
+	case src == nil:
+		return expand(e.Value, lookupIn(env)), true, nil
+	case src.FieldRef != nil:
+		v, err := fieldRef(pod, src.FieldRef.FieldPath, in.podIP, in.hostIP)
+		return v, err == nil, err
+	case src.SecretKeyRef != nil:
+		ref := src.SecretKeyRef
+		s, err := readRef(ctx, "Secret", pod.Namespace, ref.Name, in.refs.secret)
+		if err == nil {
+			b, ok := s.Data[ref.Key]
+			if ok {
+				return string(b), true, nil
+			}
+			err = fmt.Errorf("key %s in Secret %s/%s: %w", ref.Key, pod.Namespace, ref.Name, errNotFound)
+		}
+		return "", false, optional(err, ref.Optional)
+	case src.ConfigMapKeyRef != nil:
+		ref := src.ConfigMapKeyRef
+		cm, err := readRef(ctx, "ConfigMap", pod.Namespace, ref.Name, in.refs.configMap)
+		if err == nil {
+			if v, ok := cm.Data[ref.Key]; ok {
+				return v, true, nil
+			}
+			err = fmt.Errorf("key %s in ConfigMap %s/%s: %w", ref.Key, pod.Namespace, ref.Name, errNotFound)
+		}
+		return "", false, optional(err, ref.Optional)
+	}
+	return "", false, errors.New("only value and valueFrom with fieldRef, secretKeyRef or configMapKeyRef are supported by the node agent")
+}
+
+// envFromData returns the data of an envFrom source; nothing for an
+// optional source that does not exist.
+func envFromData(ctx context.Context, namespace string, from corev1.EnvFromSource, refs refReader) (map[string]string, error) {
+	data := map[string]string{}
+	switch {
+	case from.SecretRef != nil:
+		s, err := readRef(ctx, "Secret", namespace, from.SecretRef.Name, refs.secret)
+		if err != nil {
+			return data, optional(err, from.SecretRef.Optional)
+		}
+		for k, v := range s.Data {
+			data[k] = string(v)
+		}
+	case from.ConfigMapRef != nil:
+		cm, err := readRef(ctx, "ConfigMap", namespace, from.ConfigMapRef.Name, refs.configMap)
+		if err != nil {
+			return data, optional(err, from.ConfigMapRef.Optional)
+		}
+		maps.Copy(data, cm.Data)
+	default:
+		return nil, errors.New("only configMapRef and secretRef are supported")
+	}
+	return data, nil
+}
+
+// errNotFound is wrapped by the error of a reference to an object or key
+// that does not exist.
+var errNotFound = errors.New("not found")
+
+// readRef reads an object the environment refers to.
+func readRef[T any](ctx context.Context, kind, namespace, name string, get func(context.Context, string, string) (*T, error)) (*T, error) {
+	obj, err := get(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("%s %s/%s: %w", kind, namespace, name, errNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s/%s: %w", kind, namespace, name, err)
+	}
+	return obj, nil
+}
+
+// optional drops the error of an optional reference to what does not
+// exist; a failure to read it stays an error.
+func optional(err error, opt *bool) error {
+	if errors.Is(err, errNotFound) && opt != nil && *opt {
+		return nil
+	}
+	return err
 }
 
 type envVar struct{ name, value string }
@@ -93,22 +225,32 @@ func environ(env []envVar) []string {
 	return out
 }
 
-func fieldRef(pod *corev1.Pod, path, podIP string) (string, error) {
-	switch path {
+func fieldRef(pod *corev1.Pod, fieldPath, podIP, hostIP string) (string, error) {
+	switch fieldPath {
 	case "metadata.name":
 		return pod.Name, nil
 	case "metadata.namespace":
 		return pod.Namespace, nil
 	case "metadata.uid":
 		return string(pod.UID), nil
-	case "status.podIP":
+	case "status.podIP", "status.podIPs":
 		return podIP, nil
+	case "status.hostIP", "status.hostIPs":
+		return hostIP, nil
 	case "spec.nodeName":
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
 	}
-	return "", fmt.Errorf("fieldRef %q is not supported by the node agent; supported: metadata.name, metadata.namespace, metadata.uid, status.podIP, spec.nodeName, spec.serviceAccountName", path)
+	for prefix, m := range map[string]map[string]string{"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations} {
+		if rest, ok := strings.CutPrefix(fieldPath, prefix+"['"); ok {
+			if key, ok := strings.CutSuffix(rest, "']"); ok && key != "" {
+				return m[key], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("fieldRef %q is not supported by the node agent; supported: metadata.name, metadata.namespace, metadata.uid, "+
+		"metadata.labels['KEY'], metadata.annotations['KEY'], status.podIP(s), status.hostIP(s), spec.nodeName, spec.serviceAccountName", fieldPath)
 }
 
 // expand replaces $(VAR) with the variable's value as Kubernetes does for
@@ -151,8 +293,8 @@ func expand(s string, lookup func(string) (string, bool)) string {
 // containerArgv returns the program and argv of a container: command
 // replaces the image's entrypoint (the image's binary), args are appended,
 // and both have $(VAR) expanded from the container's environment.
-func containerArgv(images map[string]string, c *corev1.Container, env []envVar) ([]string, error) {
-	bin, err := imageBinary(images, c.Image)
+func containerArgv(im images, c *corev1.Container, env []envVar) ([]string, error) {
+	bin, err := im.binary(c.Image)
 	if err != nil {
 		return nil, err
 	}

@@ -11,14 +11,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -28,12 +32,11 @@ import (
 	"github.com/swell-run/swell/hack/cluster/netns"
 )
 
-// TestNodeAgentRunsADeployment starts a real control plane, runs the node
-// agent inside its namespace, and checks that a Deployment of swell/hello
-// gets Ready pods with pod IPs the cluster reaches, and that scaling to zero
-// finishes the pods' deletion and removes their namespaces. The control
-// plane's first build takes minutes, so it runs only with SWELL_CLUSTER_IT=1.
-func TestNodeAgentRunsADeployment(t *testing.T) {
+// TestNodeAgent starts a real control plane, runs the node agent inside its
+// namespace, and runs pods through it: a Deployment, and pods that use
+// their service account's token. The control plane's first build takes
+// minutes, so it runs only with SWELL_CLUSTER_IT=1.
+func TestNodeAgent(t *testing.T) {
 	if os.Getenv("SWELL_CLUSTER_IT") != "1" {
 		t.Skip("set SWELL_CLUSTER_IT=1 to run the node agent against a real control plane")
 	}
@@ -69,6 +72,7 @@ func TestNodeAgentRunsADeployment(t *testing.T) {
 		"-kubeconfig", c.PKI.Node.Kubeconfig, "-scheduler-kubeconfig", c.PKI.Scheduler.Kubeconfig,
 		"-node", controlplane.DefaultNodeName, "-netns", c.Netns, "-bridge", netns.Bridge,
 		"-state", filepath.Join(state, "node"), "-image", "swell/hello=" + filepath.Join(binDir, "hello")})
+	nodeState := filepath.Join(state, "node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +104,26 @@ func TestNodeAgentRunsADeployment(t *testing.T) {
 		return nil
 	})
 
+	t.Run("Deployment", func(t *testing.T) { testDeployment(ctx, t, admin, name, c.Netns) })
+	t.Run("ServiceAccountToken", func(t *testing.T) {
+		testServiceAccountToken(ctx, t, admin, nodeState, bins.Kubectl, c.Ports.APIServer)
+	})
+	t.Run("WebhookDialsPodIP", func(t *testing.T) { testWebhookDialsPodIP(ctx, t, admin) })
+
+	if err := syscall.Kill(agent.PID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Exited(agent):
+	case <-time.After(10 * time.Second):
+		t.Error("the node agent did not stop within 10s of SIGTERM")
+	}
+}
+
+// testDeployment checks that a Deployment of swell/hello gets Ready pods
+// with pod IPs the cluster reaches, and that scaling to zero finishes the
+// pods' deletion and removes their namespaces.
+func testDeployment(ctx context.Context, t *testing.T, admin kubernetes.Interface, cluster, clusterNetns string) {
 	replicas := int32(2)
 	labels := map[string]string{"app": "hello"}
 	d := &appsv1.Deployment{
@@ -141,7 +165,7 @@ func TestNodeAgentRunsADeployment(t *testing.T) {
 		}
 		return nil
 	})
-	client := &http.Client{Transport: &http.Transport{DialContext: netns.Dialer(c.Netns), DisableKeepAlives: true}}
+	client := &http.Client{Transport: &http.Transport{DialContext: netns.Dialer(clusterNetns), DisableKeepAlives: true}}
 	for _, p := range pods {
 		if !strings.HasPrefix(p.Status.PodIP, "198.18.") || p.Spec.NodeName != controlplane.DefaultNodeName {
 			t.Errorf("pod %s: IP %s node %s", p.Name, p.Status.PodIP, p.Spec.NodeName)
@@ -175,20 +199,137 @@ func TestNodeAgentRunsADeployment(t *testing.T) {
 			return err
 		}
 		for _, n := range names {
-			if strings.HasPrefix(n, controlplane.PodNetnsPrefix(name)) {
+			if strings.HasPrefix(n, controlplane.PodNetnsPrefix(cluster)) {
 				return fmt.Errorf("pod namespace %s remains", n)
 			}
 		}
 		return nil
 	})
+}
 
-	if err := syscall.Kill(agent.PID, syscall.SIGTERM); err != nil {
+// testServiceAccountToken checks that a pod gets a working kubeconfig with
+// a token bound to it, whose ServiceAccount's Role the apiserver enforces,
+// and that a pod with automounting off gets none.
+func testServiceAccountToken(ctx context.Context, t *testing.T, admin kubernetes.Interface, nodeState, kubectl string, apiserverPort int) {
+	ns := "tokens"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-c.Exited(agent):
-	case <-time.After(10 * time.Second):
-		t.Error("the node agent did not stop within 10s of SIGTERM")
+	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
+		_, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	no := false
+	for _, sa := range []*corev1.ServiceAccount{
+		{ObjectMeta: metav1.ObjectMeta{Name: "reader"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "quiet"}, AutomountServiceAccountToken: &no},
+	} {
+		if _, err := admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "greeting"}, Data: map[string]string{"message": "hello"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmap-reader"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmap-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmap-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "reader"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer reads RBAC through an informer: wait until the grant
+	// is in effect, so that the pod's one attempt counts.
+	user := "system:serviceaccount:" + ns + ":reader"
+	eventually(t, 30*time.Second, "the Role in effect for "+user, func() error {
+		r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "configmaps", Name: "greeting"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !r.Status.Allowed {
+			return fmt.Errorf("not allowed: %s", r.Status.Reason)
+		}
+		return nil
+	})
+
+	script := `echo "server=$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
+echo "kubeconfig=${KUBECONFIG-unset}"
+[ -n "${KUBECONFIG-}" ] || exit 0
+echo "user=$("$KUBECTL" auth whoami -o jsonpath='{.status.userInfo.username}')"
+echo "pod=$("$KUBECTL" auth whoami -o jsonpath='{.status.userInfo.extra.authentication\.kubernetes\.io/pod-name[0]}')"
+echo "message=$("$KUBECTL" get configmap greeting -o jsonpath='{.data.message}')"
+if "$KUBECTL" get secrets 2>&1; then echo secrets=allowed; fi`
+	pod := func(name, sa string, automount *bool) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: corev1.PodSpec{
+				ServiceAccountName:           sa,
+				AutomountServiceAccountToken: automount,
+				RestartPolicy:                corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: "c", Image: "swell/shell", Command: []string{"/bin/sh", "-c", script},
+					Env: []corev1.EnvVar{{Name: "KUBECTL", Value: kubectl}}}},
+			},
+		}
+	}
+	logs, dirs := map[string]string{}, map[string]string{}
+	for _, p := range []*corev1.Pod{pod("reader", "reader", nil), pod("account-says-no", "quiet", nil), pod("pod-says-no", "reader", &no)} {
+		created, err := admin.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "pod "+p.Name+" done", func() error {
+			got, err := admin.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got.Status.Phase != corev1.PodSucceeded && got.Status.Phase != corev1.PodFailed {
+				return fmt.Errorf("phase %s", got.Status.Phase)
+			}
+			return nil
+		})
+		podDir := filepath.Join(nodeState, "pods", ns+"_"+p.Name+"_"+string(created.UID))
+		b, err := os.ReadFile(filepath.Join(podDir, "c", "0.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[p.Name], dirs[p.Name] = string(b), podDir
+		t.Logf("pod %s:\n%s", p.Name, b)
+	}
+
+	got := logs["reader"]
+	for _, want := range []string{
+		"server=198.18.0.1:" + strconv.Itoa(apiserverPort),
+		"user=" + user,
+		"pod=reader",
+		"message=hello",
+		`cannot list resource "secrets"`,
+		"kubeconfig=" + filepath.Join(dirs["reader"], "kubernetes.io", "serviceaccount", "kubeconfig") + "\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("pod reader's log lacks %q", want)
+		}
+	}
+	if strings.Contains(got, "secrets=allowed") {
+		t.Error("pod reader listed Secrets its Role does not grant")
+	}
+	for _, name := range []string{"account-says-no", "pod-says-no"} {
+		if logs[name] != "server=:\nkubeconfig=unset\n" {
+			t.Errorf("pod %s got a way to the apiserver with automounting off", name)
+		}
+		if _, err := os.Stat(filepath.Join(dirs[name], "kubernetes.io")); !os.IsNotExist(err) {
+			t.Errorf("pod %s has service account files: %v", name, err)
+		}
 	}
 }
 
@@ -231,4 +372,96 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(b)))
 	return len(b), nil
+}
+
+// testWebhookDialsPodIP checks that the apiserver calls an admission
+// webhook referenced by a Service at the Service's endpoint, a pod IP (there
+// is no kube-proxy to make its ClusterIP work). The pod serves plain HTTP,
+// so the call fails, and how it fails shows where it went: an HTTP answer
+// to a TLS handshake comes from the pod; a dial of the ClusterIP would be
+// refused.
+func testWebhookDialsPodIP(ctx context.Context, t *testing.T, admin kubernetes.Interface) {
+	ns := "hooks"
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
+		_, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	labels := map[string]string{"app": "hook"}
+	if _, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hook", Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "hello", Image: "swell/hello", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}},
+		}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "hook"},
+		Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{
+			{Name: "https", Port: 443, TargetPort: intstr.FromString("http")}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var podIP string
+	eventually(t, 60*time.Second, "a ready endpoint of Service hook", func() error {
+		p, err := admin.CoreV1().Pods(ns).Get(ctx, "hook", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !ready(p) {
+			return fmt.Errorf("pod hook not ready: %s", p.Status.Phase)
+		}
+		podIP = p.Status.PodIP
+		slices, err := admin.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=hook"})
+		if err != nil {
+			return err
+		}
+		for _, sl := range slices.Items {
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready && len(ep.Addresses) > 0 && ep.Addresses[0] == podIP {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no ready endpoint %s yet", podIP)
+	})
+
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	path, port, timeout := "/validate", int32(443), int32(5)
+	hook := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "hooks-test"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "configmaps.hooks.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: "hook", Path: &path, Port: &port}},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			FailurePolicy:           &fail,
+			SideEffects:             &none,
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          &timeout,
+		}},
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, hook, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := admin.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, hook.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete the webhook configuration: %v", err)
+		}
+	}()
+	// The apiserver picks the configuration up through an informer: until
+	// it does, creating a ConfigMap succeeds.
+	const fromPod = "server gave HTTP response to HTTPS client"
+	eventually(t, 30*time.Second, "webhook call that reached pod "+podIP, func() error {
+		_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), fromPod) {
+			return fmt.Errorf("create a ConfigMap: %v, want the webhook's call to fail with %q", err, fromPod)
+		}
+		return nil
+	})
 }

@@ -5,15 +5,19 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +32,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
@@ -57,6 +62,10 @@ type Config struct {
 	Gateway string
 	// Images maps an image name without tag to the binary that plays it.
 	Images map[string]string
+	// Unbuilt maps an image name to the package it is built from, for
+	// images whose package was absent when the binaries were built: a pod
+	// using one waits in ErrImagePull with a message that says so.
+	Unbuilt map[string]string
 	// StateDir holds per-pod directories with the containers' logs.
 	StateDir string
 	Log      *slog.Logger
@@ -74,15 +83,30 @@ const (
 // are stopped (SIGTERM, then SIGKILL after a short bound) and their network
 // namespaces removed; the apiserver's objects are left as they are.
 func Run(ctx context.Context, cfg Config) error {
-	rt, err := newRuntime(cfg)
+	if err := checkConfig(cfg); err != nil {
+		return err
+	}
+	nodeConfig, err := restConfig(cfg.Kubeconfig, "node")
 	if err != nil {
 		return err
 	}
-	client, err := newClient(cfg.Kubeconfig, "node")
+	client, err := kubernetes.NewForConfig(nodeConfig)
 	if err != nil {
 		return err
 	}
-	schedClient, err := newClient(cfg.SchedulerKubeconfig, "scheduler")
+	schedConfig, err := restConfig(cfg.SchedulerKubeconfig, "scheduler")
+	if err != nil {
+		return err
+	}
+	schedClient, err := kubernetes.NewForConfig(schedConfig)
+	if err != nil {
+		return err
+	}
+	access, err := podAccess(nodeConfig, cmp.Or(cfg.Gateway, defaultGateway), nodeAPI{client})
+	if err != nil {
+		return err
+	}
+	rt, err := newPodRuntime(cfg, access, clock.RealClock{}, (&net.Dialer{}).DialContext)
 	if err != nil {
 		return err
 	}
@@ -129,7 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-func newRuntime(cfg Config) (*runtime, error) {
+func checkConfig(cfg Config) error {
 	var missing []string
 	for name, v := range map[string]string{"Kubeconfig": cfg.Kubeconfig, "SchedulerKubeconfig": cfg.SchedulerKubeconfig,
 		"NodeName": cfg.NodeName, "ClusterNetns": cfg.ClusterNetns, "Bridge": cfg.Bridge, "StateDir": cfg.StateDir} {
@@ -138,13 +162,34 @@ func newRuntime(cfg Config) (*runtime, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("node agent config: %s must be set", strings.Join(missing, ", "))
+		sort.Strings(missing)
+		return fmt.Errorf("node agent config: %s must be set", strings.Join(missing, ", "))
 	}
-	return newPodRuntime(cfg, clock.RealClock{}, (&net.Dialer{}).DialContext)
+	return nil
 }
 
-// newPodRuntime builds the part that runs pods, with no apiserver.
-func newPodRuntime(cfg Config, clk clock.Clock, dial func(context.Context, string, string) (net.Conn, error)) (*runtime, error) {
+// podAccess is how pods reach the apiserver the node's kubeconfig names:
+// at the gateway, on the same port (the apiserver listens on every address
+// of the cluster's namespace), trusting the same CA.
+func podAccess(node *rest.Config, gateway string, api podAPI) (apiAccess, error) {
+	u, err := url.Parse(node.Host)
+	if err != nil || u.Port() == "" {
+		return apiAccess{}, fmt.Errorf("node kubeconfig: server %q: want https://HOST:PORT", node.Host)
+	}
+	ca := node.TLSClientConfig.CAData
+	if len(ca) == 0 {
+		if node.TLSClientConfig.CAFile == "" {
+			return apiAccess{}, errors.New("node kubeconfig: no certificate-authority: pods could not verify the apiserver")
+		}
+		if ca, err = os.ReadFile(node.TLSClientConfig.CAFile); err != nil {
+			return apiAccess{}, fmt.Errorf("node kubeconfig: %w", err)
+		}
+	}
+	return apiAccess{api: api, server: "https://" + net.JoinHostPort(gateway, u.Port()), ca: ca}, nil
+}
+
+// newPodRuntime builds the part that runs pods.
+func newPodRuntime(cfg Config, access apiAccess, clk clock.Clock, dial func(context.Context, string, string) (net.Conn, error)) (*runtime, error) {
 	if cfg.PodCIDR == "" {
 		cfg.PodCIDR = defaultPodCIDR
 	}
@@ -175,7 +220,8 @@ func newPodRuntime(cfg Config, clk clock.Clock, dial func(context.Context, strin
 			prefixBits: pool.prefix.Bits()},
 		ipam:     pool,
 		prober:   &prober{dial: dial, ip: ipBin},
-		images:   cfg.Images,
+		images:   images{binaries: cfg.Images, unbuilt: cfg.Unbuilt},
+		access:   access,
 		stateDir: cfg.StateDir,
 		hostIP:   gw.String(),
 		clock:    clk,
@@ -183,14 +229,14 @@ func newPodRuntime(cfg Config, clk clock.Clock, dial func(context.Context, strin
 	}, nil
 }
 
-func newClient(kubeconfig, who string) (kubernetes.Interface, error) {
+func restConfig(kubeconfig, who string) (*rest.Config, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("%s kubeconfig %s: %w", who, kubeconfig, err)
 	}
 	rc.QPS, rc.Burst = 100, 200
 	rc.UserAgent = "swell-node-agent/" + who
-	return kubernetes.NewForConfig(rc)
+	return rc, nil
 }
 
 // agent reconciles the pods bound to the Node with the pod workers that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -39,18 +40,29 @@ func uidPrefix(uid string) string {
 	return u
 }
 
+// podMAC is the MAC address of the eth0 holding ip: 0a:58 (locally
+// administered, unicast) and the address's four bytes, as CNI's bridge
+// plugin does. An IP handed to a new pod so keeps its MAC, and the neighbour
+// caches of the node and of other pods, which still hold the old pod's
+// entry, stay right; with a random MAC they would send the new pod's frames
+// to a link that no longer exists until the entry expired.
+func podMAC(ip netip.Addr) string {
+	b := ip.As4()
+	return fmt.Sprintf("0a:58:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+}
+
 // setUp creates the pod's namespace with lo up and eth0 holding ip, its
 // veth peer on the bridge, and a default route via the gateway. A namespace
 // left from before is replaced.
-func (n *podNet) setUp(ctx context.Context, uid, ip string) error {
+func (n *podNet) setUp(ctx context.Context, uid string, ip netip.Addr) error {
 	ns, host := n.netnsName(uid), hostLink(uid)
 	n.tearDown(ctx, uid)
 	steps := [][]string{
 		{"netns", "add", ns},
-		{"-n", n.clusterNetns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"-n", n.clusterNetns, "link", "add", host, "type", "veth", "peer", "name", "eth0", "address", podMAC(ip), "netns", ns},
 		{"-n", n.clusterNetns, "link", "set", host, "master", n.bridge, "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
-		{"-n", ns, "addr", "add", ip + "/" + strconv.Itoa(n.prefixBits), "dev", "eth0"},
+		{"-n", ns, "addr", "add", ip.String() + "/" + strconv.Itoa(n.prefixBits), "dev", "eth0"},
 		{"-n", ns, "link", "set", "eth0", "up"},
 		{"-n", ns, "route", "add", "default", "via", n.gateway},
 	}

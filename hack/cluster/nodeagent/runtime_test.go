@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,6 +77,7 @@ func randomHex(n int) string {
 
 type testNode struct {
 	rt      *runtime
+	api     *fakeAPI
 	netns   string
 	dial    func(context.Context, string, string) (net.Conn, error)
 	dir     string
@@ -125,19 +127,27 @@ func newTestNode(t *testing.T) *testNode {
 	ip("-n", ns, "addr", "add", "198.18.0.1/16", "dev", "swbr0")
 	ip("-n", ns, "link", "set", "swbr0", "up")
 
+	n.api = newFakeAPI(clock.RealClock{})
 	rt, err := newPodRuntime(Config{
 		ClusterNetns: ns,
 		Bridge:       "swbr0",
 		Images:       map[string]string{"swell/test-http": testHTTPServer(t), "swell/shell": "/bin/sh"},
 		StateDir:     n.dir,
 		Log:          slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}, clock.RealClock{}, n.dial)
+	}, apiAccess{api: n.api, server: testAPIServer, ca: []byte(testCA)}, clock.RealClock{}, n.dial)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.rt = rt
 	return n
 }
+
+// What the pods of the runtime tests are told of the apiserver; nothing
+// listens there.
+const (
+	testAPIServer = "https://198.18.0.1:6443"
+	testCA        = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+)
 
 type testWriter struct{ t *testing.T }
 
@@ -566,5 +576,182 @@ func TestLeftoversOfAnEarlierRunRemoved(t *testing.T) {
 	}
 	if got := n.rt.net.leftovers(); len(got) != 0 {
 		t.Errorf("leftovers after removal: %v", got)
+	}
+}
+
+// readWhenWritten waits for a container to write the file at path.
+func readWhenWritten(t *testing.T, path string) string {
+	t.Helper()
+	for i := 0; ; i++ {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+			return string(b)
+		}
+		if i > 500 {
+			t.Fatalf("%s was never written", path)
+		}
+		time.Sleep(10 * time.Millisecond) // polling an external process's progress
+	}
+}
+
+func TestServiceAccountCredentials(t *testing.T) {
+	n := newTestNode(t)
+	n.api.life = time.Second // so the token is replaced every second
+	out := filepath.Join(t.TempDir(), "out")
+	init := shellContainer("init", `echo "$KUBECONFIG $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT $(cat "${KUBECONFIG%/*}/token")" > "$OUT.init"`,
+		envVal("OUT", out))
+	// The container sets a port of its own, which wins. It becomes ready
+	// once it reads a replaced token where its kubeconfig says.
+	main := shellContainer("main", `echo "$KUBECONFIG $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT" > "$OUT.main"; exec sleep 1000`,
+		envVal("OUT", out), envVal("KUBERNETES_SERVICE_PORT", "443"))
+	main.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{
+		"/bin/sh", "-c", `dir=${KUBECONFIG%/*}; grep -q "tokenFile: $dir/token" "$KUBECONFIG" && test "$(cat "$dir/token")" != token-1`}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "client"}, Spec: corev1.PodSpec{
+		ServiceAccountName: "runner",
+		InitContainers:     []corev1.Container{init},
+		Containers:         []corev1.Container{main},
+	}}
+	w, changed := n.run(t, pod)
+	waitStatus(t, w, changed, "Ready after a token refresh", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
+
+	dir := filepath.Join(w.dir, "kubernetes.io", "serviceaccount")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if got, want := readWhenWritten(t, out+".init"), kubeconfig+" 198.18.0.1 6443 token-1\n"; got != want {
+		t.Errorf("the init container saw %q, want %q", got, want)
+	}
+	if got, want := readWhenWritten(t, out+".main"), kubeconfig+" 198.18.0.1 443\n"; got != want {
+		t.Errorf("the container saw %q, want %q", got, want)
+	}
+	for name, want := range map[string]string{"ca.crt": testCA, "namespace": "default"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s: %q (%v), want %q", name, b, err, want)
+		}
+	}
+	if n.api.tokensIssued("client") < 2 {
+		t.Errorf("%d tokens issued, want a refresh", n.api.tokensIssued("client"))
+	}
+
+	w.terminate(time.Second)
+	<-w.Done()
+	if _, err := os.Stat(filepath.Dir(dir)); !os.IsNotExist(err) {
+		t.Errorf("the service account files outlive the pod: %v", err)
+	}
+}
+
+func TestNoServiceAccountToken(t *testing.T) {
+	n := newTestNode(t)
+	no := false
+	n.api.accounts["default/quiet"] = &corev1.ServiceAccount{AutomountServiceAccountToken: &no}
+	for _, pod := range []*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Name: "pod-says-no"}, Spec: corev1.PodSpec{AutomountServiceAccountToken: &no}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "account-says-no"}, Spec: corev1.PodSpec{ServiceAccountName: "quiet"}},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		pod.Spec.Containers = []corev1.Container{shellContainer("c",
+			`echo "${KUBECONFIG-unset} ${KUBERNETES_SERVICE_HOST-unset} ${KUBERNETES_SERVICE_PORT-unset}" > "$OUT"`, envVal("OUT", out))}
+		w, changed := n.run(t, pod)
+		waitStatus(t, w, changed, "Succeeded", func(s corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded })
+		if got := readWhenWritten(t, out); got != "unset unset unset\n" {
+			t.Errorf("%s: the container saw %q, want no apiserver variables", pod.Name, got)
+		}
+		if _, err := os.Stat(filepath.Join(w.dir, "kubernetes.io")); !os.IsNotExist(err) {
+			t.Errorf("%s: service account files exist: %v", pod.Name, err)
+		}
+		if got := n.api.tokensIssued(pod.Name); got != 0 {
+			t.Errorf("%s: %d tokens issued, want none", pod.Name, got)
+		}
+	}
+}
+
+func TestContainersWaitForTheirToken(t *testing.T) {
+	n := newTestNode(t)
+	n.api.failNext = 1
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "patient"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{shellContainer("c", "exec sleep 1000")}}}
+	w, changed := n.run(t, pod)
+	s := waitStatus(t, w, changed, "a container waiting for its token", func(s corev1.PodStatus) bool {
+		st := s.ContainerStatuses[0].State.Waiting
+		return st != nil && strings.Contains(st.Message, "service account token")
+	})
+	c := s.ContainerStatuses[0]
+	if c.State.Waiting.Reason != "ContainerCreating" || c.ContainerID != "" || s.Phase != corev1.PodPending {
+		t.Errorf("while the token is refused: phase %s, container %+v; want Pending, ContainerCreating and no process", s.Phase, c)
+	}
+	if !strings.Contains(c.State.Waiting.Message, "forbidden") {
+		t.Errorf("message %q does not say why", c.State.Waiting.Message)
+	}
+	s = waitStatus(t, w, changed, "Ready once the token came", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
+	if msg := s.ContainerStatuses[0].State; msg.Running == nil {
+		t.Errorf("state %+v, want running", msg)
+	}
+}
+
+func TestEnvWaitsForItsSecret(t *testing.T) {
+	n := newTestNode(t)
+	out := filepath.Join(t.TempDir(), "out")
+	c := shellContainer("c", `echo "$PASSWORD" > "$OUT"; exec sleep 1000`, envVal("OUT", out), corev1.EnvVar{
+		Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "password"}}})
+	// Probes and hooks see the container's environment as it started.
+	c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{
+		Command: []string{"/bin/sh", "-c", `test "$PASSWORD" = s3cret`}}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secretive"}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+	w, changed := n.run(t, pod)
+	s := waitStatus(t, w, changed, "CreateContainerConfigError", func(s corev1.PodStatus) bool {
+		st := s.ContainerStatuses[0].State.Waiting
+		return st != nil && st.Reason == "CreateContainerConfigError"
+	})
+	if msg := s.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "Secret default/creds: not found") {
+		t.Errorf("message %q, want it to name the missing Secret", msg)
+	}
+	n.api.mu.Lock()
+	n.api.secrets["default/creds"] = &corev1.Secret{Data: map[string][]byte{"password": []byte("s3cret")}}
+	n.api.mu.Unlock()
+	waitStatus(t, w, changed, "Ready once the Secret exists", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
+	if got := readWhenWritten(t, out); got != "s3cret\n" {
+		t.Errorf("PASSWORD=%q, want s3cret", got)
+	}
+}
+
+// TestReusedIPAnswersAtOnce: a pod that gets the IP of a pod just gone is
+// reached at once, by the node (its readiness probe) and by another pod
+// that talked to the old one, though their neighbour caches may still hold
+// the old pod's entry. With a random MAC per pod the second pod stayed
+// unreachable until those entries expired.
+func TestReusedIPAnswersAtOnce(t *testing.T) {
+	n := newTestNode(t)
+	bystander, changed := n.run(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "bystander"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{shellContainer("c", "exec sleep 1000")}}})
+	waitStatus(t, bystander, changed, "bystander Ready", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: netnsDialer(bystander.netns), DisableKeepAlives: true}}
+	var ips []string
+	for _, name := range []string{"first", "second"} {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "server", Image: "swell/test-http",
+			Env: []corev1.EnvVar{envVal("MESSAGE", name), envVal("LISTEN", ":8080")},
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+				TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(8080)}}},
+		}}}}
+		w, changed := n.run(t, pod)
+		s := waitStatus(t, w, changed, name+" Ready", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
+		ips = append(ips, s.PodIP)
+		out, err := exec.Command(n.rt.net.ip, "-n", w.netns, "-br", "link", "show", "eth0").Output()
+		if want := podMAC(netip.MustParseAddr(s.PodIP)); err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("%s: eth0 %q (%v), want MAC %s", name, out, err, want)
+		}
+		resp, err := client.Get("http://" + s.PodIP + ":8080/")
+		if err != nil {
+			t.Fatalf("GET %s at %s from another pod: %v", name, s.PodIP, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != name {
+			t.Errorf("GET %s: %q, want %q", s.PodIP, body, name)
+		}
+		w.terminate(time.Second)
+		<-w.Done()
+	}
+	if ips[0] != ips[1] {
+		t.Fatalf("the second pod got %s, not the first's %s: the test shows nothing", ips[1], ips[0])
 	}
 }

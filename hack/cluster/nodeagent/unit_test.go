@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"context"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 )
 
@@ -40,6 +42,14 @@ func TestIPAM(t *testing.T) {
 	for _, bad := range [][2]string{{"198.18.0.0/24", "198.18.0.1"}, {"nonsense", "198.18.0.1"}, {"198.18.0.0/16", "10.0.0.1"}} {
 		if _, err := newIPAM(bad[0], bad[1]); err == nil {
 			t.Errorf("newIPAM(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
+
+func TestPodMAC(t *testing.T) {
+	for ip, want := range map[string]string{"198.18.1.0": "0a:58:c6:12:01:00", "198.18.255.254": "0a:58:c6:12:ff:fe"} {
+		if got := podMAC(netip.MustParseAddr(ip)); got != want {
+			t.Errorf("podMAC(%s) = %s, want %s", ip, got, want)
 		}
 	}
 }
@@ -152,32 +162,57 @@ func TestExpand(t *testing.T) {
 	}
 }
 
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
 func TestContainerEnvAndArgv(t *testing.T) {
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u-1"},
-		Spec:       corev1.PodSpec{NodeName: "n1"},
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u-1",
+			Labels: map[string]string{"app": "hello"}, Annotations: map[string]string{"swell.run/enabled": "true"}},
+		Spec: corev1.PodSpec{NodeName: "n1"},
 	}
 	c := &corev1.Container{
 		Name:  "c",
 		Image: "swell/hello:v1",
 		Env: []corev1.EnvVar{
-			{Name: "NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
-			{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			fieldEnv("NAME", "metadata.name"),
+			fieldEnv("IP", "status.podIP"),
 			{Name: "GREETING", Value: "hi $(NAME) at $(IP) $(LATER)"},
 			{Name: "LATER", Value: "x"},
+			fieldEnv("HOST_IP", "status.hostIP"),
+			fieldEnv("APP", "metadata.labels['app']"),
+			fieldEnv("ENABLED", "metadata.annotations['swell.run/enabled']"),
+			fieldEnv("ABSENT", "metadata.labels['absent']"),
+			{Name: "KUBERNETES_SERVICE_PORT", Value: "443"},
+			{Name: "API", Value: "$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
 		},
 		Args: []string{"--msg=$(GREETING)", "$(NODE)"},
 	}
-	env, err := containerEnv(pod, c, "198.18.1.5")
+	in := envInputs{podIP: "198.18.1.5", hostIP: "198.18.0.1", refs: newFakeAPI(clock.RealClock{}),
+		pod: []envVar{{"KUBERNETES_SERVICE_HOST", "198.18.0.1"}, {"KUBERNETES_SERVICE_PORT", "6443"}}}
+	env, err := containerEnv(context.Background(), pod, c, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lookup := lookupIn(env)
-	if v, _ := lookup("GREETING"); v != "hi p at 198.18.1.5 $(LATER)" {
-		t.Errorf("GREETING = %q", v)
+	for name, want := range map[string]string{
+		"GREETING": "hi p at 198.18.1.5 $(LATER)",
+		"HOST_IP":  "198.18.0.1",
+		"APP":      "hello",
+		"ENABLED":  "true",
+		"ABSENT":   "",
+		// The pod's variables come first: the container's own win, and
+		// its values may refer to them.
+		"KUBERNETES_SERVICE_PORT": "443",
+		"API":                     "198.18.0.1:443",
+	} {
+		if v, ok := lookup(name); !ok || v != want {
+			t.Errorf("%s = %q (set %v), want %q", name, v, ok, want)
+		}
 	}
-	images := map[string]string{"swell/hello": "/bin/hello", "swell/shell": "/bin/sh"}
-	argv, err := containerArgv(images, c, env)
+	im := images{binaries: map[string]string{"swell/hello": "/bin/hello", "swell/shell": "/bin/sh"}}
+	argv, err := containerArgv(im, c, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,18 +223,124 @@ func TestContainerEnvAndArgv(t *testing.T) {
 	c.Image = "swell/shell"
 	c.Command = []string{"sh", "-c"}
 	c.Args = []string{"echo $(NAME)"}
-	if argv, err = containerArgv(images, c, env); err != nil || !reflect.DeepEqual(argv, []string{"/bin/sh", "-c", "echo p"}) {
+	if argv, err = containerArgv(im, c, env); err != nil || !reflect.DeepEqual(argv, []string{"/bin/sh", "-c", "echo p"}) {
 		t.Errorf("command override: argv %q, err %v", argv, err)
 	}
 
 	c.Image = "nginx:1.27"
-	if _, err := containerArgv(images, c, env); err == nil || !strings.Contains(err.Error(), "image table") || !strings.Contains(err.Error(), "swell/hello") {
+	if _, err := containerArgv(im, c, env); err == nil || !strings.Contains(err.Error(), "image table") || !strings.Contains(err.Error(), "swell/hello") {
 		t.Errorf("unknown image: err %v, want one naming the image table and its images", err)
 	}
+	for _, path := range []string{"metadata.labels", "status.phase", "metadata.labels['a'"} {
+		bad := &corev1.Container{Name: "c", Env: []corev1.EnvVar{fieldEnv("X", path)}}
+		if _, err := containerEnv(context.Background(), pod, bad, in); err == nil || !strings.Contains(err.Error(), "metadata.labels['KEY']") {
+			t.Errorf("unsupported fieldRef %s: err %v, want one listing the supported paths", path, err)
+		}
+	}
 	bad := &corev1.Container{Name: "c", Env: []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{
-		FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['a']"}}}}}
-	if _, err := containerEnv(pod, bad, ""); err == nil || !strings.Contains(err.Error(), "metadata.labels") {
-		t.Errorf("unsupported fieldRef: err %v", err)
+		ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: "limits.cpu"}}}}}
+	if _, err := containerEnv(context.Background(), pod, bad, in); err == nil || !strings.Contains(err.Error(), "secretKeyRef") {
+		t.Errorf("resourceFieldRef: err %v, want one naming what is supported", err)
+	}
+}
+
+func TestImages(t *testing.T) {
+	im := images{
+		binaries: map[string]string{"swell/activator": "/bin/activator", "swell/shell": "/bin/sh"},
+		unbuilt:  map[string]string{"swell/autoscaler": "./cmd/autoscaler"},
+	}
+	for image, want := range map[string]string{
+		"swell/activator":                            "/bin/activator",
+		"swell/activator:v1":                         "/bin/activator",
+		"swell/activator@sha256:0123":                "/bin/activator",
+		"ghcr.io/swell-run/activator:v1":             "/bin/activator",
+		"localhost:5000/activator":                   "/bin/activator",
+		"registry.example/a/b/activator:v2@sha256:0": "/bin/activator",
+	} {
+		if got, err := im.binary(image); err != nil || got != want {
+			t.Errorf("binary(%q) = %q, %v; want %s", image, got, err, want)
+		}
+	}
+	for _, image := range []string{"swell/autoscaler", "ghcr.io/swell-run/autoscaler:v1"} {
+		_, err := im.binary(image)
+		if err == nil || !strings.Contains(err.Error(), "./cmd/autoscaler") || !strings.Contains(err.Error(), "has no binary") {
+			t.Errorf("binary(%q): %v, want an error naming the package not yet built", image, err)
+		}
+	}
+	if _, err := im.binary("ghcr.io/swell-run/nginx:1"); err == nil || !strings.Contains(err.Error(), "swell/activator, swell/shell") {
+		t.Errorf("unknown image: %v, want an error listing the known images", err)
+	}
+}
+
+func TestContainerEnvReferences(t *testing.T) {
+	api := newFakeAPI(clock.RealClock{})
+	api.secrets["ns/creds"] = &corev1.Secret{Data: map[string][]byte{"password": []byte("s3cret"), "user": []byte("ann")}}
+	api.configMaps["ns/settings"] = &corev1.ConfigMap{Data: map[string]string{"level": "debug", "log.format": "json"},
+		BinaryData: map[string][]byte{"blob": []byte("b")}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	yes := true
+	secretKey := func(name, key string, opt *bool) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key, Optional: opt}}
+	}
+	configKey := func(name, key string, opt *bool) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key, Optional: opt}}
+	}
+	c := &corev1.Container{
+		Name: "c",
+		EnvFrom: []corev1.EnvFromSource{
+			{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+			{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}, Optional: &yes}},
+		},
+		Env: []corev1.EnvVar{
+			{Name: "PASSWORD", ValueFrom: secretKey("creds", "password", nil)},
+			{Name: "LEVEL", ValueFrom: configKey("settings", "level", nil)},
+			{Name: "MAYBE", ValueFrom: secretKey("absent", "x", &yes)},
+			{Name: "MAYBE_KEY", ValueFrom: configKey("settings", "absent", &yes)},
+			{Name: "user", Value: "overrides envFrom"},
+		},
+	}
+	env, err := containerEnv(context.Background(), pod, c, envInputs{refs: api})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookup := lookupIn(env)
+	for name, want := range map[string]string{
+		"CFG_level": "debug", "CFG_log.format": "json", "password": "s3cret", "user": "overrides envFrom",
+		"PASSWORD": "s3cret", "LEVEL": "debug",
+	} {
+		if got, ok := lookup(name); !ok || got != want {
+			t.Errorf("%s = %q (set %v), want %q", name, got, ok, want)
+		}
+	}
+	// As the kubelet does: a ConfigMap's binaryData makes no variables.
+	for _, name := range []string{"MAYBE", "MAYBE_KEY", "CFG_blob"} {
+		if v, ok := lookup(name); ok {
+			t.Errorf("%s is set (%q), want it absent", name, v)
+		}
+	}
+
+	for _, tc := range []struct {
+		env  corev1.EnvVar
+		want string
+	}{
+		{corev1.EnvVar{Name: "X", ValueFrom: secretKey("absent", "x", nil)}, "Secret ns/absent: not found"},
+		{corev1.EnvVar{Name: "X", ValueFrom: secretKey("creds", "token", nil)}, "key token in Secret ns/creds: not found"},
+		{corev1.EnvVar{Name: "X", ValueFrom: configKey("absent", "x", nil)}, "ConfigMap ns/absent: not found"},
+		{corev1.EnvVar{Name: "X", ValueFrom: configKey("settings", "blob", nil)}, "key blob in ConfigMap ns/settings: not found"},
+	} {
+		c := &corev1.Container{Name: "c", Env: []corev1.EnvVar{tc.env}}
+		_, err := containerEnv(context.Background(), pod, c, envInputs{refs: api})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error saying %q", tc.env.ValueFrom, err, tc.want)
+		}
+	}
+	missing := &corev1.Container{Name: "c", EnvFrom: []corev1.EnvFromSource{
+		{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "absent"}}}}}
+	if _, err := containerEnv(context.Background(), pod, missing, envInputs{refs: api}); err == nil || !strings.Contains(err.Error(), "ConfigMap ns/absent: not found") {
+		t.Errorf("envFrom a missing ConfigMap: %v", err)
 	}
 }
 

@@ -19,13 +19,14 @@ import (
 )
 
 // runtime runs pods as local processes in network namespaces of their own.
-// It knows nothing of the apiserver: the agent hands it pod specs and reads
-// back statuses.
+// The agent hands it pod specs and reads back statuses; of the apiserver it
+// knows only what a pod's containers need before they start (access).
 type runtime struct {
 	net      *podNet
 	ipam     *ipam
 	prober   *prober
-	images   map[string]string
+	images   images
+	access   apiAccess
 	stateDir string
 	hostIP   string
 	clock    clock.Clock
@@ -48,6 +49,9 @@ type container struct {
 	done     bool // exited and will not be restarted
 	exitCode int32
 	backoff  crashBackoff
+	// env is the environment of the running process, which its exec
+	// probes and hooks get too.
+	env []envVar
 }
 
 // podWorker runs one pod: its network, init containers, containers,
@@ -59,9 +63,17 @@ type podWorker struct {
 	netns  string
 	dir    string
 	log    *slog.Logger
+	// ctx ends when the pod stops: it bounds the pod's requests to the
+	// apiserver.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// creds are the pod's service account files, nil without them. Only
+	// the pod's run goroutine uses them.
+	creds *credentials
 
 	mu          sync.Mutex
 	ip          netip.Addr
+	podEnv      []envVar // what every container gets unless it sets it
 	netReady    bool
 	netErr      string
 	startTime   metav1.Time
@@ -93,6 +105,7 @@ func (rt *runtime) start(pod *corev1.Pod, notify func()) *podWorker {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
+	w.ctx, w.cancel = context.WithCancel(context.Background())
 	w.startTime = metav1.NewTime(rt.clock.Now())
 	if pod.Status.StartTime != nil {
 		w.startTime = *pod.Status.StartTime
@@ -132,7 +145,10 @@ func (w *podWorker) terminate(grace time.Duration) {
 	}
 	w.terminating = true
 	w.mu.Unlock()
-	w.stopOnce.Do(func() { close(w.stop) })
+	w.stopOnce.Do(func() {
+		close(w.stop)
+		w.cancel()
+	})
 }
 
 // Done is closed when the pod no longer runs.
@@ -172,7 +188,18 @@ func (w *podWorker) run() {
 		w.rt.net.tearDown(ctx, uid)
 		w.rt.ipam.release(uid)
 	}()
+	var bg sync.WaitGroup
+	defer func() {
+		w.cancel()
+		bg.Wait()
+		if w.creds != nil {
+			w.creds.remove()
+		}
+	}()
 	if !w.setUpNetwork(ctx) {
+		return
+	}
+	if !w.setUpServiceAccount(&bg) {
 		return
 	}
 	for _, c := range w.inits {
@@ -208,7 +235,7 @@ func (w *podWorker) setUpNetwork(ctx context.Context) bool {
 	for {
 		ip, err := w.rt.ipam.allocate(string(w.pod.UID), want)
 		if err == nil {
-			err = w.rt.net.setUp(ctx, string(w.pod.UID), ip.String())
+			err = w.rt.net.setUp(ctx, string(w.pod.UID), ip)
 		}
 		w.mu.Lock()
 		if err == nil {
@@ -286,13 +313,14 @@ func (w *podWorker) runContainer(c *container) (int32, bool) {
 func (w *podWorker) startProcess(c *container) (*process, string, error) {
 	w.mu.Lock()
 	ip := w.ip.String()
+	podEnv := w.podEnv
 	restarts := c.restarts
 	w.mu.Unlock()
-	bin, err := imageBinary(w.rt.images, c.spec.Image)
+	bin, err := w.rt.images.binary(c.spec.Image)
 	if err != nil {
 		return nil, "ErrImagePull", err
 	}
-	env, err := containerEnv(w.pod, c.spec, ip)
+	env, err := containerEnv(w.ctx, w.pod, c.spec, envInputs{podIP: ip, hostIP: w.rt.hostIP, pod: podEnv, refs: w.rt.access.api})
 	if err != nil {
 		return nil, "CreateContainerConfigError", err
 	}
@@ -331,6 +359,7 @@ func (w *podWorker) startProcess(c *container) (*process, string, error) {
 	w.mu.Lock()
 	c.id = "swell://" + strconv.Itoa(p.pid)
 	c.binary = bin
+	c.env = env
 	c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(p.started)}}
 	c.started = c.spec.StartupProbe == nil
 	c.ready = c.spec.ReadinessProbe == nil && c.started && !c.init
@@ -415,11 +444,8 @@ func later(a, b time.Time) time.Time {
 func (w *podWorker) runHandler(h handler, c *container, timeout time.Duration) error {
 	w.mu.Lock()
 	ip := w.ip.String()
+	env := c.env
 	w.mu.Unlock()
-	env, err := containerEnv(w.pod, c.spec, ip)
-	if err != nil {
-		return err
-	}
 	return w.rt.prober.run(context.Background(), h, w.netns, ip, c.spec, env, timeout)
 }
 

@@ -13,17 +13,28 @@ import (
 )
 
 func TestImageFlag(t *testing.T) {
-	f := imageFlag{}
+	f := newImageFlag("BINARY", "swell/hello=/path/to/hello")
 	if err := f.Set("swell/hello=/bin/hello"); err != nil {
 		t.Fatal(err)
 	}
-	if f["swell/hello"] != "/bin/hello" {
+	if f.m["swell/hello"] != "/bin/hello" {
 		t.Errorf("images = %v", f)
 	}
 	for _, bad := range []string{"swell/hello", "=/bin/x", "swell/x=", "swell/x:v1=/bin/x", "swell/hello=/bin/other"} {
 		if err := f.Set(bad); err == nil {
 			t.Errorf("Set(%q) succeeded, want an error", bad)
 		}
+	}
+	u := newImageFlag("PACKAGE", "swell/autoscaler=./cmd/autoscaler")
+	if err := u.Set("swell/autoscaler"); err == nil || !strings.Contains(err.Error(), "IMAGE=PACKAGE") {
+		t.Errorf("--unbuilt-image without a package: %v, want an error asking for IMAGE=PACKAGE", err)
+	}
+}
+
+func TestNodeUnbuiltImageFlag(t *testing.T) {
+	err := run(context.Background(), []string{"node", "--unbuilt-image", "swell/autoscaler"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "swell/autoscaler=./cmd/autoscaler") {
+		t.Errorf("node --unbuilt-image swell/autoscaler: %v, want an error with an example", err)
 	}
 }
 
@@ -60,10 +71,10 @@ func TestNodeArgs(t *testing.T) {
 	}}
 	got := strings.Join(nodeArgs("/bin/swell-cluster", "swell-node", c, "/s", map[string]string{
 		"swell/shell": "/bin/sh", "swell/hello": "/s/bin/hello",
-	}), " ")
+	}, map[string]string{"swell/autoscaler": "./cmd/autoscaler"}), " ")
 	want := "/bin/swell-cluster node --kubeconfig /s/node.kubeconfig --scheduler-kubeconfig /s/scheduler.kubeconfig" +
 		" --node-name swell-node --cluster-netns swell-dev --bridge swbr0 --pod-cidr 198.18.0.0/16 --gateway 198.18.0.1" +
-		" --state /s/node --image swell/hello=/s/bin/hello --image swell/shell=/bin/sh"
+		" --state /s/node --image swell/hello=/s/bin/hello --image swell/shell=/bin/sh --unbuilt-image swell/autoscaler=./cmd/autoscaler"
 	if got != want {
 		t.Errorf("nodeArgs =\n%s\nwant\n%s", got, want)
 	}

@@ -6,9 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -110,7 +111,7 @@ func upCluster(ctx context.Context, o upOptions, state string, bins build.Binari
 		return nil, fmt.Errorf("find this program to run the node agent: %w", err)
 	}
 	t0 := time.Now()
-	node, err := c.Run(ctx, "node", nodeArgs(self, o.nodeName, c, state, bins.Images))
+	node, err := c.Run(ctx, "node", nodeArgs(self, o.nodeName, c, state, bins.Images, bins.Unbuilt))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +144,7 @@ func upCluster(ctx context.Context, o upOptions, state string, bins build.Binari
 }
 
 // nodeArgs is the command line of the node agent.
-func nodeArgs(self, nodeName string, c *controlplane.Cluster, state string, images map[string]string) []string {
+func nodeArgs(self, nodeName string, c *controlplane.Cluster, state string, images, unbuilt map[string]string) []string {
 	args := []string{
 		self, "node",
 		"--kubeconfig", c.PKI.Node.Kubeconfig,
@@ -155,13 +156,13 @@ func nodeArgs(self, nodeName string, c *controlplane.Cluster, state string, imag
 		"--gateway", netns.Gateway,
 		"--state", filepath.Join(state, "node"),
 	}
-	names := make([]string, 0, len(images))
-	for name := range images {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		args = append(args, "--image", name+"="+images[name])
+	for _, t := range []struct {
+		flag string
+		m    map[string]string
+	}{{"--image", images}, {"--unbuilt-image", unbuilt}} {
+		for _, name := range slices.Sorted(maps.Keys(t.m)) {
+			args = append(args, t.flag, name+"="+t.m[name])
+		}
 	}
 	return args
 }

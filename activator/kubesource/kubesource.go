@@ -266,23 +266,11 @@ func (s *Source) sync(ns, d string) {
 // build reads the service of Deployment d in namespace ns from the caches;
 // false if it has no pods-Service.
 func (s *Source) build(ns, d, key string) (activator.Service, bool) {
-	svcs, err := s.services.Services(ns).List(labels.SelectorFromSet(labels.Set{kube.LabelDeployment: d}))
-	if err != nil || len(svcs) == 0 {
+	// Only the pods-Service: a Service the autoscaler routes carries the
+	// label too.
+	svc, err := s.services.Services(ns).Get(kube.PodsServiceName(d))
+	if err != nil || svc.Labels[kube.LabelDeployment] != d {
 		return activator.Service{}, false
-	}
-	svc := svcs[0]
-	if len(svcs) > 1 {
-		// Only the autoscaler's own pods-Service should carry the
-		// label; prefer it, else keep the choice stable.
-		slices.SortFunc(svcs, func(a, b *corev1.Service) int { return cmp.Compare(a.Name, b.Name) })
-		svc = svcs[0]
-		for _, c := range svcs {
-			if c.Name == kube.PodsServiceName(d) {
-				svc = c
-			}
-		}
-		s.log.Warn("several Services carry the pods-Service label of one Deployment; using one",
-			zap.String("deployment", key), zap.String("label", kube.LabelDeployment), zap.String("using", svc.Name))
 	}
 	objs, err := s.slices.ByIndex(byService, ns+"/"+svc.Name)
 	if err != nil {

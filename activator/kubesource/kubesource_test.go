@@ -256,3 +256,24 @@ func TestRunReturnsWhenContextEnds(t *testing.T) {
 		t.Error("an autoscaler address in an empty cluster")
 	}
 }
+
+// TestRoutedServiceIsNotThePodsService: a Service the autoscaler routes
+// carries the Deployment's label too, as do the slices Kubernetes wrote for
+// it before the takeover (they point at the app's port); only the
+// pods-Service's slices are the service's pods.
+func TestRoutedServiceIsNotThePodsService(t *testing.T) {
+	web := podsService("shop", "web", kube.AnnotationServices, "front")
+	front := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front",
+		Labels: map[string]string{kube.LabelDeployment: "web"}}}
+	src, _ := started(t, front, web,
+		endpointSlice(front, "front-k8s", v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.1", "web-a", true, false)),
+		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
+	)
+	want := []activator.Service{{
+		Key: "shop/web", Hosts: kube.HostNames("front", "shop", "cluster.local"),
+		Pods: []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}},
+	}}
+	if got := src.Services(); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}

@@ -238,6 +238,12 @@ func (r *Router) next(ctx context.Context) bool {
 		r.queue.Forget(key)
 		return true
 	}
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		// The namespace is going, and everything in it with it.
+		r.log.Debug("namespace terminating; not retried", zap.Stringer("deployment", key), zap.Error(err))
+		r.queue.Forget(key)
+		return true
+	}
 	if ctx.Err() == nil {
 		lvl := zapcore.WarnLevel
 		if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {

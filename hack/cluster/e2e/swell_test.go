@@ -1,0 +1,821 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+)
+
+// What Swell's manifests and controllers name (pkg/kube in the main
+// module, which this module does not import).
+const (
+	swellNamespace   = "swell-system"
+	labelEnabled     = "swell.run/enabled"
+	labelRoute       = "swell.run/route"
+	annotationStatus = "swell.run/status"
+	annotationSel    = "swell.run/selector"
+	leaseName        = "swell-autoscaler"
+	activatorPort    = "http"
+	queueProxyPort   = 8012
+	// installTimeout bounds Swell's install: the images are local binaries,
+	// so this is the control plane and the readiness probes.
+	installTimeout = 2 * time.Minute
+	// scaleTimeout bounds a scaling decision that waits on the stable
+	// window the tests set (6 s) and the pods' start.
+	scaleTimeout = 90 * time.Second
+)
+
+// deployDir is the kustomize base `kubectl apply -k` installs.
+const deployDir = "../../../deploy"
+
+// installSwell installs deploy/ once for the whole suite, with the
+// cluster-wide defaults the tests rely on, and waits until both the
+// autoscaler's replicas and the activator's are ready and the webhooks hold
+// the autoscaler's CA. The tests that need Swell call it first.
+var installSwell = sync.OnceValue(func() error {
+	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
+	defer cancel()
+	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", deployDir); err != nil {
+		return fmt.Errorf("kubectl apply -k %s: %v\n%s", deployDir, err, out)
+	}
+	cfg, err := adminConfig()
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// Short windows, so that scaling to zero happens within a test: the
+	// ConfigMap is reloaded without a restart.
+	defaults := map[string]string{"window": "6s", "scale-to-zero-grace-period": "4s", "enable-scale-to-zero": "true"}
+	patch, _ := json.Marshal(map[string]any{"data": defaults})
+	if _, err := cs.CoreV1().ConfigMaps(swellNamespace).Patch(ctx, "swell-defaults", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("set the test defaults: %w", err)
+	}
+	for ctx.Err() == nil {
+		err = swellReady(ctx, cs)
+		if err == nil {
+			return nil
+		}
+		time.Sleep(pollInterval)
+	}
+	return fmt.Errorf("Swell not ready within %v: %v", installTimeout, err)
+})
+
+// swellReady says what Swell still lacks, or nil.
+func swellReady(ctx context.Context, cs kubernetes.Interface) error {
+	for _, name := range []string{"autoscaler", "activator"} {
+		d, err := cs.AppsV1().Deployments(swellNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if d.Spec.Replicas == nil || d.Status.ReadyReplicas < *d.Spec.Replicas {
+			return fmt.Errorf("deployment %s: %d of %d ready", name, d.Status.ReadyReplicas, ptrOr(d.Spec.Replicas, 1))
+		}
+	}
+	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "swell-webhook", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	vw, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, "swell-webhook", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(mw.Webhooks) == 0 || len(mw.Webhooks[0].ClientConfig.CABundle) == 0 || len(vw.Webhooks) == 0 || len(vw.Webhooks[0].ClientConfig.CABundle) == 0 {
+		return fmt.Errorf("the webhook configurations have no CA bundle yet")
+	}
+	if _, err := activatorAddrs(ctx, cs); err != nil {
+		return err
+	}
+	return nil
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// kubectl runs kubectl (on PATH in the cluster's environment) with stdin,
+// and returns its combined output.
+func kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "kubectl", args...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// swellSetup is setup for a test of Swell: Swell installed, a namespace of
+// the test's own.
+func swellSetup(t *testing.T) *env {
+	t.Helper()
+	e := setup(t)
+	if err := installSwell(); err != nil {
+		t.Fatalf("install Swell: %v\n%s", err, describeSwell(e))
+	}
+	return e
+}
+
+// swellHello is a hello Deployment opted into Swell, with annotations.
+func swellHello(name string, replicas *int32, annotations map[string]string) *appsv1.Deployment {
+	d := helloDeployment(name, 1)
+	d.Spec.Replicas = replicas
+	d.Labels = map[string]string{"app": name, labelEnabled: "true"}
+	// The template's labels are a map of their own: the selector keeps
+	// only app.
+	d.Spec.Template.Labels = map[string]string{"app": name, labelEnabled: "true"}
+	d.Annotations = annotations
+	return d
+}
+
+func int32p(n int32) *int32 { return &n }
+
+// routeSlice returns the EndpointSlice Swell writes for the Service.
+func (e *env) routeSlice(ctx context.Context, service string) (*discoveryv1.EndpointSlice, error) {
+	return e.cs.DiscoveryV1().EndpointSlices(e.ns).Get(ctx, service+"-swell", metav1.GetOptions{})
+}
+
+// sliceIPs lists a slice's addresses, sorted.
+func sliceIPs(s *discoveryv1.EndpointSlice) []string {
+	var ips []string
+	for _, ep := range s.Endpoints {
+		ips = append(ips, ep.Addresses...)
+	}
+	slices.Sort(ips)
+	return ips
+}
+
+// activatorAddrs lists the ready activators' serving addresses.
+func activatorAddrs(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
+	list, err := cs.DiscoveryV1().EndpointSlices(swellNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=activator",
+	})
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, s := range list.Items {
+		var port int32
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == activatorPort && p.Port != nil {
+				port = *p.Port
+			}
+		}
+		for _, ep := range s.Endpoints {
+			if port == 0 || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
+				continue
+			}
+			for _, a := range ep.Addresses {
+				addrs = append(addrs, net.JoinHostPort(a, fmt.Sprint(port)))
+			}
+		}
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no ready activator endpoint")
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+// slowClient waits for a cold start behind the activator.
+var slowClient = &http.Client{
+	Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext},
+	Timeout:   scaleTimeout,
+}
+
+// viaActivator sends GET path to the Service through an activator, by its
+// cluster host name, as a client of the Service does while the activator
+// is in its path (there is no kube-proxy in the test cluster to do the
+// ClusterIP's part).
+func (e *env) viaActivator(ctx context.Context, service, path string) (int, string, error) {
+	addrs, err := activatorAddrs(ctx, e.cs)
+	if err != nil {
+		return 0, "", err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addrs[0]+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Host = service + "." + e.ns + ".svc.cluster.local"
+	resp, err := slowClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// replicas reads the Deployment's spec.replicas.
+func (e *env) replicas(ctx context.Context, name string) (int32, error) {
+	d, err := e.cs.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return ptrOr(d.Spec.Replicas, 1), nil
+}
+
+// events lists the reasons of the Events on the Deployment, oldest first.
+func (e *env) events(ctx context.Context, name string) ([]string, error) {
+	list, err := e.cs.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.kind": "Deployment", "involvedObject.name": name}.String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Event) int { return eventTime(&a).Compare(eventTime(&b)) })
+	var reasons []string
+	for _, ev := range list.Items {
+		reasons = append(reasons, ev.Reason+": "+ev.Message)
+	}
+	return reasons, nil
+}
+
+// status reads the autoscaler's status annotation of the Deployment.
+func (e *env) status(ctx context.Context, name string) (map[string]any, error) {
+	d, err := e.cs.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := d.Annotations[annotationStatus]
+	if !ok {
+		return nil, fmt.Errorf("no %s annotation", annotationStatus)
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		return nil, fmt.Errorf("%s %q: %w", annotationStatus, raw, err)
+	}
+	return st, nil
+}
+
+// describeSwell is the state of Swell's own pods, for failures.
+func describeSwell(e *env) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pods, err := e.cs.CoreV1().Pods(swellNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "list Swell's pods: " + err.Error()
+	}
+	var b strings.Builder
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		fmt.Fprintf(&b, "  %s\n", describePod(p))
+		if dir := os.Getenv("SWELL_CLUSTER_STATE"); dir != "" {
+			for _, c := range p.Spec.Containers {
+				logs, _ := filepath.Glob(filepath.Join(dir, "node", "pods", p.Namespace+"_"+p.Name+"_*", c.Name, "*.log"))
+				for _, l := range logs {
+					if data, err := os.ReadFile(l); err == nil {
+						fmt.Fprintf(&b, "    --- %s (last 3000 bytes)\n%s\n", l, tail(data, 3000))
+					}
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// TestSwellInjectsAndRoutesToPods: a labelled Deployment's pods get the
+// queue-proxy, its Service gives up its selector to Swell, and Swell's
+// EndpointSlice sends the Service's port to the pods' queue-proxies.
+func TestSwellInjectsAndRoutesToPods(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const name = "hello"
+	e.createHello(swellHello(name, nil, map[string]string{
+		"autoscaling.swell.run/min-scale": "1",
+		"swell.run/container-concurrency": "4",
+		// No burst capacity asked for: the activator leaves the path as
+		// soon as a pod is ready.
+		"autoscaling.swell.run/target-burst-capacity": "0",
+	}))
+
+	d, err := e.cs.AppsV1().Deployments(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(d.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "queue-proxy" }) {
+		t.Fatalf("the Deployment's template was not injected: containers %v", containerNames(d.Spec.Template.Spec.Containers))
+	}
+	if d.Spec.Template.Spec.Containers[0].ReadinessProbe != nil {
+		t.Errorf("the app's readiness probe stayed on the app; want it moved to the queue-proxy")
+	}
+
+	var podIPs []string
+	e.eventually("a ready pod of "+name+" with the queue-proxy", func(ctx context.Context) error {
+		pods, err := e.pods(ctx, name)
+		if err != nil {
+			return err
+		}
+		podIPs = podIPs[:0]
+		for i := range pods {
+			p := &pods[i]
+			if containerStatus(p, "queue-proxy") == nil {
+				return fmt.Errorf("pod %s has no queue-proxy: %v", p.Name, containerNames(p.Spec.Containers))
+			}
+			if isReady(p) && p.DeletionTimestamp == nil {
+				podIPs = append(podIPs, p.Status.PodIP)
+			}
+		}
+		if len(podIPs) == 0 {
+			return fmt.Errorf("no ready pod")
+		}
+		return nil
+	})
+
+	e.eventually("Swell's EndpointSlice for "+name+" routes to the pods' queue-proxies", func(ctx context.Context) error {
+		s, err := e.routeSlice(ctx, name)
+		if err != nil {
+			return err
+		}
+		if s.Labels[labelRoute] != "pods" {
+			return fmt.Errorf("route %q, want pods", s.Labels[labelRoute])
+		}
+		if len(s.Ports) != 1 || s.Ports[0].Port == nil || *s.Ports[0].Port != queueProxyPort || ptrOr(s.Ports[0].Name, "") != "http" {
+			return fmt.Errorf("ports %v, want http → %d", describePorts(s.Ports), queueProxyPort)
+		}
+		slices.Sort(podIPs)
+		if got := sliceIPs(s); !slices.Equal(got, podIPs) {
+			return fmt.Errorf("endpoints %v, want the ready pods %v", got, podIPs)
+		}
+		return nil
+	})
+
+	svc, err := e.cs.CoreV1().Services(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(svc.Spec.Selector) != 0 || svc.Annotations[annotationSel] == "" {
+		t.Errorf("Service %s: selector %v, annotation %q; want no selector and the old one kept in the annotation", name, svc.Spec.Selector, svc.Annotations[annotationSel])
+	}
+	// Only Swell's slice remains: Kubernetes' own, to the app's port, went
+	// with the selector.
+	e.eventually("Kubernetes' own EndpointSlices for "+name+" gone", func(ctx context.Context) error {
+		list, err := e.cs.DiscoveryV1().EndpointSlices(e.ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
+		if err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			if s.Name != name+"-swell" {
+				return fmt.Errorf("slice %s still lists %v", s.Name, sliceIPs(&s))
+			}
+		}
+		return nil
+	})
+
+	code, body, err := get(t.Context(), "http://"+net.JoinHostPort(podIPs[0], fmt.Sprint(queueProxyPort))+"/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Errorf("GET through the queue-proxy: %d %q %v", code, body, err)
+	}
+	code, body, err = e.viaActivator(t.Context(), name, "/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Errorf("GET through the activator: %d %q %v", code, body, err)
+	}
+}
+
+func containerNames(cs []corev1.Container) []string {
+	var names []string
+	for _, c := range cs {
+		names = append(names, c.Name)
+	}
+	return names
+}
+
+// TestSwellRejectsBadAnnotations: kubectl apply of an opted-in Deployment
+// with an invalid annotation fails with the parser's message; the same
+// Deployment without the label is admitted.
+func TestSwellRejectsBadAnnotations(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	bad := swellHello("bad", int32p(0), map[string]string{"autoscaling.swell.run/target": "-5"})
+	bad.TypeMeta = metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"}
+	manifest, err := json.Marshal(bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kubectl(t.Context(), manifest, "apply", "-n", e.ns, "-f", "-")
+	if err == nil {
+		t.Fatalf("kubectl apply accepted a Deployment with autoscaling.swell.run/target: -5:\n%s", out)
+	}
+	for _, want := range []string{`admission webhook "validate.swell.run" denied the request`, "autoscaling.swell.run/target", `"-5"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl apply said\n%s\nwant it to contain %s", out, want)
+		}
+	}
+	if _, err := e.cs.AppsV1().Deployments(e.ns).Get(t.Context(), "bad", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the rejected Deployment exists (err %v)", err)
+	}
+
+	// Not opted in: never rejected, whatever its annotations.
+	plain := bad.DeepCopy()
+	plain.Name = "plain"
+	delete(plain.Labels, labelEnabled)
+	delete(plain.Spec.Template.Labels, labelEnabled)
+	manifest, _ = json.Marshal(plain)
+	if out, err := kubectl(t.Context(), manifest, "apply", "-n", e.ns, "-f", "-"); err != nil {
+		t.Errorf("kubectl apply of a Deployment that has not opted in failed: %v\n%s", err, out)
+	}
+}
+
+// TestSwellScalesFromZeroThroughActivator: a service at zero has the
+// activator as its endpoints; a request through the activator scales it to
+// one and is answered; the Deployment carries the decision as an Event and
+// in its status annotation.
+func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const name = "cold"
+	e.createHello(swellHello(name, int32p(0), map[string]string{"autoscaling.swell.run/min-scale": "0"}))
+
+	var acts []string
+	e.eventually("Swell's EndpointSlice for "+name+" lists the activators", func(ctx context.Context) error {
+		s, err := e.routeSlice(ctx, name)
+		if err != nil {
+			return err
+		}
+		addrs, err := activatorAddrs(ctx, e.cs)
+		if err != nil {
+			return err
+		}
+		acts = acts[:0]
+		for _, a := range addrs {
+			host, _, _ := net.SplitHostPort(a)
+			acts = append(acts, host)
+		}
+		if s.Labels[labelRoute] != "activator" || !slices.Equal(sliceIPs(s), acts) {
+			return fmt.Errorf("route %q endpoints %v, want activator %v", s.Labels[labelRoute], sliceIPs(s), acts)
+		}
+		return nil
+	})
+	if n, err := e.replicas(t.Context(), name); err != nil || n != 0 {
+		t.Fatalf("scale before the request: %d %v, want 0", n, err)
+	}
+
+	start := time.Now()
+	code, body, err := e.viaActivator(t.Context(), name, "/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Fatalf("GET through the activator at zero: %d %q %v\n%s", code, body, err, e.describe())
+	}
+	t.Logf("cold start through the activator answered in %v", time.Since(start).Round(time.Millisecond))
+	if n, err := e.replicas(t.Context(), name); err != nil || n < 1 {
+		t.Errorf("scale after the request: %d %v, want at least 1", n, err)
+	}
+	e.eventually("a ScaledUp Event and a status annotation on "+name, func(ctx context.Context) error {
+		evs, err := e.events(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(evs, func(s string) bool { return strings.HasPrefix(s, "ScaledUp: ") }) {
+			return fmt.Errorf("events %q, want a ScaledUp", evs)
+		}
+		st, err := e.status(ctx, name)
+		if err != nil {
+			return err
+		}
+		if ready, _ := st["ready"].(float64); ready < 1 {
+			return fmt.Errorf("status %v, want ready ≥ 1", st)
+		}
+		return nil
+	})
+}
+
+// TestSwellBurstScalesUp: more requests than one pod takes (concurrency 1)
+// make the autoscaler add pods.
+func TestSwellBurstScalesUp(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const name, burst = "burst", 6
+	e.createHello(swellHello(name, nil, map[string]string{
+		"swell.run/container-concurrency": "1",
+		"autoscaling.swell.run/min-scale": "1",
+		"autoscaling.swell.run/max-scale": "4",
+	}))
+	e.eventually("a ready pod of "+name, func(ctx context.Context) error {
+		pods, err := e.pods(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return isReady(&p) }) {
+			return fmt.Errorf("no ready pod among %d", len(pods))
+		}
+		return nil
+	})
+
+	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for range burst {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				code, _, err := e.viaActivator(ctx, name, "/?sleep=2s")
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	e.eventuallyWithin(name+" scaled to at least 3 by the burst", scaleTimeout, func(ctx context.Context) error {
+		n, err := e.replicas(ctx, name)
+		if err != nil {
+			return err
+		}
+		if n < 3 {
+			return fmt.Errorf("scale %d", n)
+		}
+		return nil
+	})
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("answers by status: %v", codes)
+	for code, n := range codes {
+		if code != http.StatusOK {
+			t.Errorf("%d answers with status %d during the burst; want all 200", n, code)
+		}
+	}
+}
+
+// TestSwellIdleScalesToZeroBehindActivator: a service that had traffic
+// and is routed to its pod goes to zero once idle, after the grace period,
+// and the activator is in its path before its last pod goes.
+func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const name = "idle"
+	e.createHello(swellHello(name, nil, map[string]string{
+		"autoscaling.swell.run/min-scale":             "0",
+		"autoscaling.swell.run/target-burst-capacity": "0",
+	}))
+
+	// Watch the route slice and the Deployment from now on: the order of
+	// what is seen is the order of what happened.
+	type seen struct {
+		at   time.Time
+		what string
+	}
+	var mu sync.Mutex
+	var history []seen
+	note := func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(history) == 0 || history[len(history)-1].what != what {
+			history = append(history, seen{time.Now(), what})
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sw, err := e.cs.DiscoveryV1().EndpointSlices(e.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name + "-swell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Stop()
+	dw, err := e.cs.AppsV1().Deployments(e.ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Stop()
+	go func() {
+		for {
+			select {
+			case ev, ok := <-sw.ResultChan():
+				if !ok {
+					return
+				}
+				if s, ok := ev.Object.(*discoveryv1.EndpointSlice); ok {
+					note(fmt.Sprintf("route %s %v", s.Labels[labelRoute], sliceIPs(s)))
+				}
+			case ev, ok := <-dw.ResultChan():
+				if !ok {
+					return
+				}
+				if d, ok := ev.Object.(*appsv1.Deployment); ok {
+					note(fmt.Sprintf("replicas %d", ptrOr(d.Spec.Replicas, 1)))
+				}
+			}
+		}
+	}()
+
+	// Some traffic first, so that the service is routed to its pod; an
+	// idle service that never saw a request heads for zero at once and
+	// keeps the activator.
+	load, stopLoad := context.WithCancel(ctx)
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for load.Err() == nil {
+			if code, _, err := e.viaActivator(load, name, "/?sleep=50ms"); err == nil && code != http.StatusOK {
+				t.Errorf("GET through the activator under load: status %d", code)
+			}
+		}
+	}()
+	e.eventuallyWithin("Swell routes "+name+" to its pod under load", scaleTimeout, func(ctx context.Context) error {
+		s, err := e.routeSlice(ctx, name)
+		if err != nil {
+			return err
+		}
+		if s.Labels[labelRoute] != "pods" {
+			return fmt.Errorf("route %q", s.Labels[labelRoute])
+		}
+		return nil
+	})
+	stopLoad()
+	<-loaded
+
+	e.eventuallyWithin(name+" scaled to zero", scaleTimeout, func(ctx context.Context) error {
+		n, err := e.replicas(ctx, name)
+		if err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("scale %d", n)
+		}
+		return nil
+	})
+	e.eventually("Swell's EndpointSlice for "+name+" lists the activators", func(ctx context.Context) error {
+		s, err := e.routeSlice(ctx, name)
+		if err != nil {
+			return err
+		}
+		if s.Labels[labelRoute] != "activator" || len(s.Endpoints) == 0 {
+			return fmt.Errorf("route %q endpoints %v", s.Labels[labelRoute], sliceIPs(s))
+		}
+		return nil
+	})
+	cancel()
+
+	mu.Lock()
+	defer mu.Unlock()
+	var lines []string
+	routedToPods, routedToActivator, zero := -1, -1, -1
+	for i, h := range history {
+		lines = append(lines, h.at.Format("15:04:05.000")+" "+h.what)
+		if routedToPods < 0 && strings.HasPrefix(h.what, "route pods") {
+			routedToPods = i
+		}
+		if routedToPods >= 0 && routedToActivator < 0 && strings.HasPrefix(h.what, "route activator") && zero < 0 {
+			routedToActivator = i
+		}
+		if zero < 0 && h.what == "replicas 0" {
+			zero = i
+		}
+		if strings.HasSuffix(h.what, " []") {
+			t.Errorf("Swell's EndpointSlice was empty at %s", h.at.Format("15:04:05.000"))
+		}
+	}
+	t.Logf("seen:\n%s", strings.Join(lines, "\n"))
+	if routedToPods < 0 {
+		t.Errorf("the Service was never routed to the pod")
+	}
+	if zero < 0 || routedToActivator < 0 || routedToActivator > zero {
+		t.Errorf("the activator was not in the path before the scale to zero (route to activator at %d, replicas 0 at %d)", routedToActivator, zero)
+	}
+	code, body, err := e.viaActivator(t.Context(), name, "/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Errorf("GET through the activator after scaling to zero: %d %q %v", code, body, err)
+	}
+}
+
+// TestSwellLeaderFailover: the autoscaler's leader is killed; another
+// replica takes the lead, publishes itself to the activators and carries
+// on from the running scale, not from an empty history.
+//
+// Not parallel: it takes the autoscaler away from every other test.
+func TestSwellLeaderFailover(t *testing.T) {
+	e := swellSetup(t)
+	const name = "steady"
+	e.createHello(swellHello(name, nil, map[string]string{
+		"autoscaling.swell.run/initial-scale": "3",
+		"autoscaling.swell.run/min-scale":     "0",
+		// A long stable window: with no traffic the 3 pods stay for a
+		// minute after they are first ready, and only an empty history
+		// would drop them sooner.
+		"autoscaling.swell.run/window":                "120s",
+		"autoscaling.swell.run/target-burst-capacity": "0",
+	}))
+	e.waitServingSwell(name, 3)
+
+	lease, err := e.cs.CoordinationV1().Leases(swellNamespace).Get(t.Context(), leaseName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := ptrOr(lease.Spec.HolderIdentity, "")
+	if old == "" {
+		t.Fatalf("lease %s has no holder", leaseName)
+	}
+	t.Logf("leader %s; deleting it at once", old)
+	zero := int64(0)
+	if err := e.cs.CoreV1().Pods(swellNamespace).Delete(t.Context(), old, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatalf("delete the leader's pod: %v", err)
+	}
+
+	var leader string
+	e.eventuallyWithin("a new leader", scaleTimeout, func(ctx context.Context) error {
+		l, err := e.cs.CoordinationV1().Leases(swellNamespace).Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		leader = ptrOr(l.Spec.HolderIdentity, "")
+		if leader == "" || leader == old {
+			return fmt.Errorf("holder %q", leader)
+		}
+		return nil
+	})
+	t.Logf("new leader %s", leader)
+	e.eventually("the new leader published as the autoscaler's endpoint", func(ctx context.Context) error {
+		p, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, leader, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		s, err := e.cs.DiscoveryV1().EndpointSlices(swellNamespace).Get(ctx, "autoscaler", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := sliceIPs(s); !slices.Equal(got, []string{p.Status.PodIP}) {
+			return fmt.Errorf("autoscaler endpoints %v, want the new leader's %s", got, p.Status.PodIP)
+		}
+		return nil
+	})
+	// An empty history read as no load would scale down within a tick or
+	// two; the new leader holds the running scale.
+	e.consistently(name+" keeps its 3 replicas under the new leader", 10*time.Second, func(ctx context.Context) error {
+		n, err := e.replicas(ctx, name)
+		if err != nil {
+			return err
+		}
+		if n != 3 {
+			return fmt.Errorf("scale %d, want 3", n)
+		}
+		return nil
+	})
+	code, body, err := e.viaActivator(t.Context(), name, "/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Errorf("GET through the activator after the failover: %d %q %v", code, body, err)
+	}
+}
+
+// waitServingSwell waits until n pods of the Swell service are ready and
+// Swell's EndpointSlice routes to exactly them.
+func (e *env) waitServingSwell(name string, n int) {
+	e.t.Helper()
+	e.eventuallyWithin(fmt.Sprintf("%d ready pods of %s routed by Swell", n, name), scaleTimeout, func(ctx context.Context) error {
+		pods, err := e.pods(ctx, name)
+		if err != nil {
+			return err
+		}
+		var ips []string
+		for i := range pods {
+			if p := &pods[i]; isReady(p) && p.DeletionTimestamp == nil {
+				ips = append(ips, p.Status.PodIP)
+			}
+		}
+		if len(ips) != n {
+			return fmt.Errorf("%d ready pods, want %d", len(ips), n)
+		}
+		s, err := e.routeSlice(ctx, name)
+		if err != nil {
+			return err
+		}
+		slices.Sort(ips)
+		if s.Labels[labelRoute] != "pods" || !slices.Equal(sliceIPs(s), ips) {
+			return fmt.Errorf("route %q endpoints %v, want pods %v", s.Labels[labelRoute], sliceIPs(s), ips)
+		}
+		return nil
+	})
+}

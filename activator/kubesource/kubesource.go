@@ -68,7 +68,9 @@ type Source struct {
 	services   corelisters.ServiceLister
 	slices     cache.Indexer
 	autoscaler discoverylisters.EndpointSliceLister
-	synced     []cache.InformerSynced
+	// autoscalerChanged signals a change of the autoscaler's endpoints.
+	autoscalerChanged chan struct{}
+	synced            []cache.InformerSynced
 
 	changed chan struct{}
 
@@ -144,6 +146,14 @@ func New(cfg Config) (*Source, error) {
 	asInf := selected(discoveryv1.LabelServiceName+"="+kube.AutoscalerService,
 		informers.WithNamespace(s.systemNamespace)).Discovery().V1().EndpointSlices()
 	s.autoscaler = asInf.Lister()
+	s.autoscalerChanged = make(chan struct{}, 1)
+	if _, err := asInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.notifyAutoscaler() },
+		UpdateFunc: func(any, any) { s.notifyAutoscaler() },
+		DeleteFunc: func(any) { s.notifyAutoscaler() },
+	}); err != nil {
+		return nil, err
+	}
 
 	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced}
 	return s, nil
@@ -187,6 +197,17 @@ func (s *Source) Services() []activator.Service {
 // Changed implements activator.Source. Signals coalesce: one pending
 // signal covers every change made before it is received.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
+
+// AutoscalerChanged delivers a value after the autoscaler Service's
+// endpoints changed: a new leader published itself. Signals coalesce.
+func (s *Source) AutoscalerChanged() <-chan struct{} { return s.autoscalerChanged }
+
+func (s *Source) notifyAutoscaler() {
+	select {
+	case s.autoscalerChanged <- struct{}{}:
+	default:
+	}
+}
 
 // AutoscalerAddr is ip:port of a ready endpoint of the Service
 // kube.AutoscalerService in the system namespace, on its port named

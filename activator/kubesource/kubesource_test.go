@@ -277,3 +277,28 @@ func TestRoutedServiceIsNotThePodsService(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestAutoscalerChanged: a new leader's endpoint is signalled, so the
+// reporter can reconnect at once.
+func TestAutoscalerChanged(t *testing.T) {
+	as := podsService(kube.DefaultSystemNamespace, "x")
+	as.Name, as.Labels = kube.AutoscalerService, nil
+	src, cs := started(t)
+	select {
+	case <-src.AutoscalerChanged():
+		t.Fatal("a change signalled in an empty cluster")
+	default:
+	}
+	es := endpointSlice(as, kube.AutoscalerService, v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.6", "as-1", true, false))
+	if _, err := cs.DiscoveryV1().EndpointSlices(es.Namespace).Create(t.Context(), es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-src.AutoscalerChanged():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no signal for the autoscaler's new endpoint")
+	}
+	if got, ok := src.AutoscalerAddr(); got != "10.0.0.6:8080" || !ok {
+		t.Errorf("AutoscalerAddr = %q %v after the signal, want 10.0.0.6:8080", got, ok)
+	}
+}

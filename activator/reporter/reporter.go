@@ -96,6 +96,8 @@ type Reporter struct {
 	metrics    *metrics
 	emit       func(string, stats.ActivatorFigures)
 	pokeWake   chan struct{}
+	// redial cuts a backoff short (Redial).
+	redial chan struct{}
 	// pokeMu guards pokes, the services waiting for a poke. Only requests
 	// for services at zero take it, for one map insert.
 	pokeMu sync.Mutex
@@ -139,6 +141,7 @@ func New(cfg Config) (*Reporter, error) {
 		dialer:   cfg.Dialer,
 		log:      cfg.Logger,
 		pokeWake: make(chan struct{}, 1),
+		redial:   make(chan struct{}, 1),
 		pokes:    make(map[string]struct{}),
 		reported: make(map[string]struct{}),
 		current:  make(map[string]struct{}),
@@ -211,6 +214,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 	for {
 		ws, err := r.dial(ctx)
 		if err == nil {
+			// A change of address before this connection is old news.
+			select {
+			case <-r.redial:
+			default:
+			}
 			var healthy bool
 			healthy, err = r.serve(ctx, ws)
 			// Reset the backoff only after a connection that lasted a
@@ -253,6 +261,20 @@ func (r *Reporter) wait(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C():
 		return true
+	case <-r.redial:
+		r.log.Debug("the autoscaler's address changed: reconnecting now")
+		return true
+	}
+}
+
+// Redial says the autoscaler's address changed (a new leader published
+// itself): a reporter waiting to reconnect dials at once instead of
+// sitting out its backoff. It never blocks; a connected reporter ignores
+// it.
+func (r *Reporter) Redial() {
+	select {
+	case r.redial <- struct{}{}:
+	default:
 	}
 }
 

@@ -364,6 +364,29 @@ func (r *rig) replace(t *testing.T, n int) time.Duration {
 	return d
 }
 
+// TestRedialCutsTheBackoffShort: when the autoscaler's address changes (a
+// new leader), a reporter backing off reconnects at once, without the fake
+// clock moving; a Redial made while connected does not shorten a later
+// backoff.
+func TestRedialCutsTheBackoffShort(t *testing.T) {
+	r := newRig(t, nil)
+	r.start(t)
+	r.connected(t, 0, 0)
+	r.rep.Redial() // while connected: old news by the next disconnect
+	r.replace(t, 1)
+	r.rep.Redial()
+	r.connected(t, 0, 0)
+	// The stale Redial was drained: this backoff runs its course.
+	d := r.replace(t, 2)
+	select {
+	case got := <-r.sink.applied:
+		t.Fatalf("reconnected before the backoff of %v ended: %s", d, got)
+	default:
+	}
+	r.clock.Step(d)
+	r.connected(t, 0, d)
+}
+
 // Connections that end before their first period do not reset the backoff.
 func TestShortConnectionsKeepBackingOff(t *testing.T) {
 	r := newRig(t, nil)

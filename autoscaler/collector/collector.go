@@ -41,7 +41,8 @@ const (
 //
 // for N ready pods of which k answered. Pods count only what did not come
 // through an activator, and the activators report all they hold, so every
-// request is counted once, wherever it waited.
+// request is counted once, wherever it waited. While no activator reports
+// the service, the pods count what came through an activator too.
 type Sample struct {
 	// Service is "namespace/name".
 	Service string
@@ -147,9 +148,11 @@ type serviceState struct {
 // job is one pod's scrape in a round; workers write only their own job.
 type job struct {
 	addr string
-	// concurrency and rps are the pod's non-proxied figures.
-	concurrency, rps float64
-	ok               bool
+	// concurrency and rps are the pod's non-proxied figures;
+	// proxiedConcurrency and proxiedRPS the share the activators sent it.
+	concurrency, rps               float64
+	proxiedConcurrency, proxiedRPS float64
+	ok                             bool
 }
 
 // New returns a Collector, or an error naming what is missing or invalid.
@@ -346,6 +349,8 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySiz
 	if r.Period > 0 {
 		j.concurrency = r.Concurrency - r.ProxiedConcurrency
 		j.rps = float64(r.Requests-r.ProxiedRequests) / r.Period.Seconds()
+		j.proxiedConcurrency = r.ProxiedConcurrency
+		j.proxiedRPS = float64(r.ProxiedRequests) / r.Period.Seconds()
 	}
 }
 
@@ -383,6 +388,14 @@ func (c *Collector) combine(sec time.Time) {
 				s.Scraped++
 				conc += j.concurrency
 				rps += j.rps
+				if s.Activators == 0 {
+					// No activator reports the service: the load the
+					// pods got through an activator (one that lost its
+					// connection, or a report not yet arrived) is counted
+					// here, or it would be counted nowhere.
+					conc += j.proxiedConcurrency
+					rps += j.proxiedRPS
+				}
 			}
 		}
 		if s.ReadyPods > 0 {

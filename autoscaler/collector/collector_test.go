@@ -160,6 +160,25 @@ func TestNothingCountedTwice(t *testing.T) {
 	}
 }
 
+// TestProxiedLoadCountedWithoutActivatorReports: while no activator reports
+// the service (its connection to the autoscaler is down), what the pods got
+// through an activator is counted from the pods, so a busy service never
+// reads as idle; once an activator reports it again, the pods' proxied share
+// is its, and is not counted twice.
+func TestProxiedLoadCountedWithoutActivatorReports(t *testing.T) {
+	r := newRig(t, nil)
+	p1 := newFakePod(t, rep(6, 6, 60, 60))
+	p2 := newFakePod(t, rep(4, 1, 40, 10))
+	r.pods.Set("ns/svc", p1.addr(), p2.addr())
+	if s := r.round(t)["ns/svc"]; s.Concurrency != 10 || s.RPS != 100 || s.Sources != SourcePods {
+		t.Fatalf("no activator reporting: %+v, want concurrency 10, rps 100 from the pods", s)
+	}
+	r.report("act-a", time.Second, entry("ns/svc", 7, 70, 7))
+	if s := r.round(t)["ns/svc"]; s.Concurrency != 3+7 || s.RPS != 30+70 || s.PodConcurrency != 3 {
+		t.Fatalf("an activator reporting: %+v, want pods 3 + activator 7 = 10, rps 100", s)
+	}
+}
+
 // TestFailingPods: a failing pod never loses the service's data; the
 // answers are scaled to every ready pod.
 func TestFailingPods(t *testing.T) {
@@ -233,8 +252,10 @@ func TestFailingPodsCensus(t *testing.T) {
 	r.pods.Set("ns/svc", good.addr(), status.addr(), garbage.addr(), json.addr(), gone.addr())
 
 	s := r.round(t)["ns/svc"]
-	if s.ReadyPods != 5 || s.Sampled != 5 || s.Scraped != 1 || s.PodConcurrency != 5*2 || s.PodRPS != 5*15 {
-		t.Fatalf("got %+v, want 5 ready, 5 sampled, 1 scraped, concurrency 10, rps 75", s)
+	// No activator reports the service, so the good pod's proxied share
+	// counts too: 3 in flight, 20 requests a second.
+	if s.ReadyPods != 5 || s.Sampled != 5 || s.Scraped != 1 || s.PodConcurrency != 5*3 || s.PodRPS != 5*20 {
+		t.Fatalf("got %+v, want 5 ready, 5 sampled, 1 scraped, concurrency 15, rps 100", s)
 	}
 	for res, want := range map[scrapeResult]float64{resultOK: 1, resultStatus: 1, resultMalformed: 2, resultError: 1, resultTimeout: 0} {
 		if got := r.counter(t, "swell_autoscaler_scrapes_total", resultNames[res]); got != want {

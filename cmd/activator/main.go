@@ -165,6 +165,20 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 	if kmode != nil {
 		wg.Go(func() { kmode.src.Run(ctx) })
+		// A new leader publishes itself: the reporter, likely backing off
+		// after the old one went, reconnects at once.
+		wg.Go(func() {
+			for {
+				select {
+				case <-kmode.src.AutoscalerChanged():
+					if r := rep.Load(); r != nil {
+						r.Redial()
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
 		// The activator applies the services once the caches hold them
 		// all: until then it is not ready (act.Synced).
 		wg.Go(func() {

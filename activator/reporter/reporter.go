@@ -42,6 +42,11 @@ const (
 	DefaultMaxBackoff  = 10 * time.Second
 	// DefaultMaxPendingPokes bounds the services remembered for a poke.
 	DefaultMaxPendingPokes = 4096
+	// DefaultDialTimeout bounds a dial, connection and websocket handshake
+	// together. An autoscaler that died leaves its address behind until a
+	// new leader publishes its own; a dial to it must fail fast so the
+	// reporter moves on (websocket.DefaultDialer would wait 45 s).
+	DefaultDialTimeout = 5 * time.Second
 )
 
 // Config configures a Reporter. URL, Token, Name and Source are required.
@@ -295,7 +300,9 @@ func (e *dialError) Error() string {
 func (e *dialError) Unwrap() error { return e.err }
 
 func (r *Reporter) dial(ctx context.Context) (*websocket.Conn, error) {
-	ws, resp, err := r.dialer.DialContext(ctx, r.url, r.header)
+	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
+	defer cancel()
+	ws, resp, err := r.dialer.DialContext(dctx, r.url, r.header)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}

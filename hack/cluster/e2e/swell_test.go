@@ -772,6 +772,31 @@ func TestSwellLeaderFailover(t *testing.T) {
 		}
 		return nil
 	})
+	// The activators report to the new leader: its status lists them.
+	e.eventually("the activators connected to the new leader", func(ctx context.Context) error {
+		p, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, leader, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		want, err := activatorAddrs(ctx, e.cs)
+		if err != nil {
+			return err
+		}
+		code, body, err := get(ctx, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/status")
+		if err != nil || code != http.StatusOK {
+			return fmt.Errorf("GET /status: %d %v", code, err)
+		}
+		var st struct {
+			Activators []string `json:"activators"`
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			return fmt.Errorf("status %q: %w", body, err)
+		}
+		if len(st.Activators) != len(want) {
+			return fmt.Errorf("activators %v connected, want %d", st.Activators, len(want))
+		}
+		return nil
+	})
 	// An empty history read as no load would scale down within a tick or
 	// two; the new leader holds the running scale.
 	e.consistently(name+" keeps its 3 replicas under the new leader", 10*time.Second, func(ctx context.Context) error {

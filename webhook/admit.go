@@ -68,6 +68,9 @@ func (o *object) injectedPod() bool {
 
 // mutate injects the queue-proxy into an opted-in workload or pod.
 func (a *admitter) mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Kind == serviceKind {
+		return a.mutateService(req)
+	}
 	o, denied := decode(req)
 	switch {
 	case denied != nil:

@@ -137,8 +137,8 @@ func post(t *testing.T, h http.Handler, path string, body []byte) *admissionv1.A
 	return out.Response
 }
 
-// applyPatch applies a JSON patch of add and replace operations on object
-// members to the JSON document doc.
+// applyPatch applies a JSON patch of add, replace and remove operations on
+// object members to the JSON document doc.
 func applyPatch(t *testing.T, doc, patch []byte) []byte {
 	t.Helper()
 	var ops []struct {
@@ -155,6 +155,9 @@ func applyPatch(t *testing.T, doc, patch []byte) []byte {
 	}
 	for _, op := range ops {
 		keys := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")
+		for i, k := range keys {
+			keys[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(k)
+		}
 		parent := root.(map[string]any)
 		for _, k := range keys[:len(keys)-1] {
 			next, ok := parent[k].(map[string]any)
@@ -166,8 +169,11 @@ func applyPatch(t *testing.T, doc, patch []byte) []byte {
 		last := keys[len(keys)-1]
 		_, exists := parent[last]
 		switch {
-		case op.Op == "replace" && !exists:
-			t.Fatalf("patch replaces %s, which does not exist", op.Path)
+		case (op.Op == "replace" || op.Op == "remove") && !exists:
+			t.Fatalf("patch op %s on %s, which does not exist", op.Op, op.Path)
+		case op.Op == "remove":
+			delete(parent, last)
+			continue
 		case op.Op != "replace" && op.Op != "add":
 			t.Fatalf("patch op %q not supported here", op.Op)
 		}

@@ -372,12 +372,23 @@ func TestSwellInjectsAndRoutesToPods(t *testing.T) {
 		return nil
 	})
 
+	// The user's manifest applied again, selector and all (a GitOps
+	// sync): the webhook keeps the selector out.
+	manifest := helloService(name)
+	manifest.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
+	raw, err := json.Marshal(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t.Context(), raw, "apply", "-n", e.ns, "-f", "-"); err != nil {
+		t.Fatalf("kubectl apply of the Service: %v\n%s", err, out)
+	}
 	svc, err := e.cs.CoreV1().Services(e.ns).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(svc.Spec.Selector) != 0 || svc.Annotations[annotationSel] == "" {
-		t.Errorf("Service %s: selector %v, annotation %q; want no selector and the old one kept in the annotation", name, svc.Spec.Selector, svc.Annotations[annotationSel])
+		t.Errorf("Service %s after kubectl apply: selector %v, annotation %q; want no selector and the old one kept in the annotation", name, svc.Spec.Selector, svc.Annotations[annotationSel])
 	}
 	// Only Swell's slice remains: Kubernetes' own, to the app's port, went
 	// with the selector.

@@ -380,15 +380,22 @@ func TestSwellInjectsAndRoutesToPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := kubectl(t.Context(), raw, "apply", "-n", e.ns, "-f", "-"); err != nil {
-		t.Fatalf("kubectl apply of the Service: %v\n%s", err, out)
-	}
-	svc, err := e.cs.CoreV1().Services(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	// The object kubectl prints is the one stored, after admission: the
+	// routing controller has had no chance to fix it.
+	cmd := exec.CommandContext(t.Context(), "kubectl", "apply", "-n", e.ns, "-f", "-", "-o", "json")
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kubectl apply of the Service: %v\n%s", err, stderr.Bytes())
+	}
+	var svc corev1.Service
+	if err := json.Unmarshal(out, &svc); err != nil {
+		t.Fatalf("kubectl apply printed %q: %v", out, err)
 	}
 	if len(svc.Spec.Selector) != 0 || svc.Annotations[annotationSel] == "" {
-		t.Errorf("Service %s after kubectl apply: selector %v, annotation %q; want no selector and the old one kept in the annotation", name, svc.Spec.Selector, svc.Annotations[annotationSel])
+		t.Errorf("Service %s as kubectl apply stored it: selector %v, annotation %q; want no selector and the old one kept in the annotation", name, svc.Spec.Selector, svc.Annotations[annotationSel])
 	}
 	// Only Swell's slice remains: Kubernetes' own, to the app's port, went
 	// with the selector.

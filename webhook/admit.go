@@ -264,7 +264,7 @@ func objectKey(namespace, name string) string {
 type patchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
-	Value any    `json:"value"`
+	Value any    `json:"value,omitempty"`
 }
 
 func allowed() *admissionv1.AdmissionResponse {

@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 )
 
@@ -41,10 +41,7 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 		return 0
 	}
 	if err != nil {
-		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "queue-proxy: %s\n", line)
-		}
-		return 2
+		return envflag.Refuse(stderr, "queue-proxy", err)
 	}
 	log, err := logging.New(cfg.LogFormat, cfg.LogLevel)
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,6 +32,7 @@ import (
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/activator/reporter"
 	"github.com/swell-run/swell/pkg/drain"
+	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
@@ -48,12 +48,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		printUsage(stdout)
 		return 0
 	}
-	fail := func(err error) int {
-		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "activator: %s\n", line)
-		}
-		return 2
-	}
+	fail := func(err error) int { return envflag.Refuse(stderr, "activator", err) }
 	if err != nil {
 		return fail(err)
 	}

@@ -23,7 +23,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +50,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/kube/routing"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/inject"
 	"github.com/swell-run/swell/pkg/kube"
 	"github.com/swell-run/swell/pkg/kube/certs"
@@ -72,12 +72,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		printUsage(stdout)
 		return 0
 	}
-	fail := func(err error) int {
-		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(stderr, "autoscaler: %s\n", line)
-		}
-		return 2
-	}
+	fail := func(err error) int { return envflag.Refuse(stderr, "autoscaler", err) }
 	if err != nil {
 		return fail(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/examples/hello/app"
+	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/local"
 	"github.com/swell-run/swell/pkg/local/config"
 	"github.com/swell-run/swell/pkg/logging"
@@ -109,10 +110,7 @@ func runLocal(ctx context.Context, args []string, s streams) int {
 	}
 	file, err := localFile(f, fs, svc, cmd, self)
 	if err != nil {
-		for line := range strings.SplitSeq(err.Error(), "\n") {
-			fmt.Fprintf(s.stderr, "swell local: %s\n", line)
-		}
-		return 2
+		return envflag.Refuse(s.stderr, "swell local", err)
 	}
 	log, err := logging.New(f.logFormat, f.logLevel)
 	if err != nil {

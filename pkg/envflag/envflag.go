@@ -270,3 +270,16 @@ func OneOf(values ...string) func(string) (string, error) {
 		return "", errors.New(want)
 	}
 }
+
+// ExitBadConfig is the exit code of a binary told something it cannot
+// accept.
+const ExitBadConfig = 2
+
+// Refuse writes err to w, each of its lines prefixed with "prog: " (a
+// joined error says one problem per line), and returns ExitBadConfig.
+func Refuse(w io.Writer, prog string, err error) int {
+	for line := range strings.SplitSeq(err.Error(), "\n") {
+		fmt.Fprintf(w, "%s: %s\n", prog, line)
+	}
+	return ExitBadConfig
+}

@@ -138,3 +138,11 @@ func TestDefaultText(t *testing.T) {
 		t.Errorf("usage lacks the default text:\n%s", b.String())
 	}
 }
+
+func TestRefuse(t *testing.T) {
+	var b strings.Builder
+	code := Refuse(&b, "prog", errors.Join(errors.New("A is bad"), errors.New("B is worse")))
+	if code != ExitBadConfig || b.String() != "prog: A is bad\nprog: B is worse\n" {
+		t.Errorf("Refuse wrote %q and returned %d", b.String(), code)
+	}
+}

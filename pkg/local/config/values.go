@@ -5,13 +5,16 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/swell-run/swell/pkg/inject"
 )
 
-// The bounds of a service's request timeout, and its default.
+// The bounds of a service's request timeout, and its default: those of
+// the swell.run/timeout annotation on Kubernetes.
 const (
-	TimeoutMin     = time.Second
-	TimeoutMax     = time.Hour
-	DefaultTimeout = 5 * time.Minute
+	TimeoutMin     = inject.TimeoutMin
+	TimeoutMax     = inject.TimeoutMax
+	DefaultTimeout = inject.DefaultTimeout
 )
 
 const (

@@ -36,7 +36,9 @@ type config struct {
 
 	QueueProxyImage string
 	Workers         int
-	TickInterval    time.Duration
+	// TickInterval is 0 when not given: the defaults ConfigMap's, read at
+	// start.
+	TickInterval time.Duration
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
@@ -52,7 +54,6 @@ func defaultConfig() config {
 		MetricsPort:     defaultMetricsPort,
 		QueueProxyImage: inject.DefaultImage,
 		Workers:         4,
-		TickInterval:    2 * time.Second,
 		// client-go's usual leader election timings.
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
@@ -104,7 +105,8 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.Workers, "workers", "WORKERS", cfg.Workers,
 		"reconcilers working at once, per controller", envflag.IntAtLeast(1))
 	envflag.Var(s, &cfg.TickInterval, "tick-interval", "TICK_INTERVAL", cfg.TickInterval,
-		"how often every service is decided", envflag.DurationAtLeast(100*time.Millisecond))
+		"how often every service is decided; unset: the defaults ConfigMap's tick-interval when the replica starts",
+		envflag.DurationAtLeast(100*time.Millisecond)).DefaultText("tick-interval of " + kube.DefaultsConfigMap + ", else 2s")
 	envflag.Var(s, &cfg.LeaseDuration, "lease-duration", "LEASE_DURATION", cfg.LeaseDuration,
 		"how long a leader's lease lasts without renewal", envflag.DurationAtLeast(time.Second))
 	envflag.Var(s, &cfg.RenewDeadline, "renew-deadline", "RENEW_DEADLINE", cfg.RenewDeadline,

@@ -155,8 +155,24 @@ func (a *app) run(ctx context.Context) error {
 		return fmt.Errorf("activators' token: %w", err)
 	}
 
+	// The webhooks' view of the defaults; it also gives the tick interval
+	// when none was set, as the ConfigMap says at start.
+	defaults, defaultsFactory := newWebhookDefaults(a.client, cfg.Namespace, log.Named("webhook"))
+	defaultsFactory.Start(ctx.Done())
+	defer defaultsFactory.Shutdown()
+	for typ, ok := range defaultsFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
+		}
+	}
+	tick := cfg.TickInterval
+	if tick == 0 {
+		tick = defaults.Current().TickInterval
+	}
+	log.Info("deciding every service", zap.Duration("tickInterval", tick))
+
 	as, err := autoscaler.New(autoscaler.Config{
-		TickInterval: cfg.TickInterval,
+		TickInterval: tick,
 		Backend:      ctl,
 		Scaler:       scaler.Options{OnEvent: ctl.OnEvent},
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
@@ -172,7 +188,6 @@ func (a *app) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defaults, defaultsFactory := newWebhookDefaults(a.client, cfg.Namespace, log.Named("webhook"))
 	hooks, err := webhook.New(webhook.Config{
 		Inject:   inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()},
 		Defaults: defaults.Current,
@@ -228,13 +243,11 @@ func (a *app) run(ctx context.Context) error {
 			errc <- fmt.Errorf("webhook certificates: %w", err)
 		}
 	})
-	for _, f := range []informers.SharedInformerFactory{factory, defaultsFactory} {
-		f.Start(ctx.Done())
-		defer f.Shutdown()
-		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return fmt.Errorf("informer for %v did not sync", typ)
-			}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync", typ)
 		}
 	}
 	a.synced.Store(true)

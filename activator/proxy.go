@@ -67,7 +67,10 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 				e.dialFailed = true
 				return
 			}
-			if r.Context().Err() == nil && isConnLost(err) && replayable(r, e) && !e.lostOnce {
+			if r.Context().Err() != nil {
+				return // the client left: nothing useful to write
+			}
+			if isConnLost(err) && replayable(r, e) && !e.lostOnce {
 				// The pod went away with the request sent and no answer
 				// (a pod killed, a connection it had just accepted): a
 				// request safe to repeat is sent once more, elsewhere,
@@ -76,9 +79,6 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 				// take them all down.
 				e.dialFailed, e.lostOnce = true, true
 				return
-			}
-			if r.Context().Err() != nil {
-				return // the client left: nothing useful to write
 			}
 			log.Debug("pod unreachable", zap.String("pod", e.pod.addr), zap.Error(err))
 			proxy.Reject(w, http.StatusBadGateway, network.ReasonAppUnreachable)

@@ -76,7 +76,12 @@ func (s *service) update(sv Service) {
 	if s.closed {
 		return
 	}
-	s.cc.Store(int64(max(sv.ContainerConcurrency, 0)))
+	// A source lists every service on any change; one whose concurrency
+	// and routable pods stay as they were is not published again, so its
+	// waiting requests are not woken for nothing. New pods are not
+	// routable until their probe passes (markRoutable publishes then).
+	cc := int64(max(sv.ContainerConcurrency, 0))
+	changed := s.cc.Swap(cc) != cc
 	seen := make(map[string]bool, len(sv.Pods))
 	for _, sp := range sv.Pods {
 		seen[sp.Name] = true
@@ -84,6 +89,7 @@ func (s *service) update(sv Service) {
 			if p.addr == sp.Addr {
 				continue
 			}
+			changed = changed || p.routable
 			s.forgetLocked(p)
 		}
 		p := &pod{name: sp.Name, addr: sp.Addr}
@@ -92,10 +98,13 @@ func (s *service) update(sv Service) {
 	}
 	for name, p := range s.pods {
 		if !seen[name] {
+			changed = changed || p.routable
 			s.forgetLocked(p)
 		}
 	}
-	s.publishLocked()
+	if changed {
+		s.publishLocked()
+	}
 }
 
 // close stops all probing and routes nothing more to the service's pods.

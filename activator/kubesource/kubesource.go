@@ -214,9 +214,8 @@ func (s *Source) notifyAutoscaler() {
 // kube.PortNameHTTP: the autoscaler that holds the lead. It reports false
 // while there is none.
 func (s *Source) AutoscalerAddr() (string, bool) {
-	eps, err := s.autoscaler.EndpointSlices(s.systemNamespace).List(labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelServiceName: kube.AutoscalerService,
-	}))
+	// The informer holds only this Service's slices.
+	eps, err := s.autoscaler.EndpointSlices(s.systemNamespace).List(labels.Everything())
 	if err != nil {
 		return "", false
 	}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/pkg/kube"
@@ -64,7 +65,7 @@ func pods(eps []*discoveryv1.EndpointSlice) []activator.Pod {
 			continue
 		}
 		for _, ep := range es.Endpoints {
-			if len(ep.Addresses) == 0 || isTrue(ep.Conditions.Terminating) {
+			if len(ep.Addresses) == 0 || ptr.Deref(ep.Conditions.Terminating, false) {
 				continue
 			}
 			// Every address of an endpoint reaches the same pod; the
@@ -100,7 +101,7 @@ func readyAddr(eps []*discoveryv1.EndpointSlice, portName string) (string, bool)
 		}
 		for _, ep := range es.Endpoints {
 			// A nil ready condition means ready (the API's rule).
-			if len(ep.Addresses) == 0 || isFalse(ep.Conditions.Ready) || isTrue(ep.Conditions.Terminating) {
+			if len(ep.Addresses) == 0 || !ptr.Deref(ep.Conditions.Ready, true) || ptr.Deref(ep.Conditions.Terminating, false) {
 				continue
 			}
 			return net.JoinHostPort(ep.Addresses[0], port), true
@@ -118,9 +119,6 @@ func portNamed(es *discoveryv1.EndpointSlice, name string) (string, bool) {
 	}
 	return "", false
 }
-
-func isTrue(b *bool) bool  { return b != nil && *b }
-func isFalse(b *bool) bool { return b != nil && !*b }
 
 // equal reports whether a and b would route the same.
 func equal(a, b activator.Service) bool {

@@ -83,13 +83,15 @@ func (a *admitter) mutate(req *admissionv1.AdmissionRequest) *admissionv1.Admiss
 		return a.decided("mutate", req, o, allowed(), "pod of an injected template")
 	}
 
-	tpl := o.tpl.DeepCopy()
-	if err := inject.Template(o.meta, tpl, a.config()); err != nil {
+	// Template builds the injected template on a deep copy of its own and
+	// leaves o.tpl's maps and slices as they were.
+	tpl := o.tpl
+	if err := inject.Template(o.meta, &tpl, a.config()); err != nil {
 		// One webhook denies, the validating one: its failure policy is
 		// the one that decides whether invalid settings may pass.
 		return a.decided("mutate", req, o, allowed(), "invalid: left to validation")
 	}
-	if equality.Semantic.DeepEqual(tpl, &o.tpl) {
+	if equality.Semantic.DeepEqual(&tpl, &o.tpl) {
 		return a.decided("mutate", req, o, allowed(), "already injected")
 	}
 
@@ -142,7 +144,8 @@ func (a *admitter) validate(req *admissionv1.AdmissionRequest) *admissionv1.Admi
 		}
 		return a.decided("validate", req, o, resp, "not enabled")
 	}
-	if err := inject.Template(o.meta, o.tpl.DeepCopy(), a.config()); err != nil {
+	tpl := o.tpl
+	if err := inject.Template(o.meta, &tpl, a.config()); err != nil {
 		return a.decided("validate", req, o, invalid(err.Error()), "invalid")
 	}
 	return a.decided("validate", req, o, allowed(), "valid")

@@ -316,6 +316,10 @@ func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.
 		return err
 	}
 	a.leading.Store(true)
+	// The first of the three to fail stops the others: lead returns only
+	// once all have, and ctx ends only with the lead.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
 	wg.Go(func() { errc <- router.Run(ctx, cfg.Workers) })
@@ -326,11 +330,9 @@ func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.
 	case <-ctx.Done():
 	case first = <-errc:
 	}
+	cancel()
 	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return nil
+	return first
 }
 
 // leaderOnly serves h on the leader. Activators reach only the leader (it

@@ -85,8 +85,10 @@ func Enabled(labels map[string]string) bool {
 // nothing and returns nil unless tpl's labels opt in (Enabled).
 //
 // Every swell.run/ and autoscaling.swell.run/ annotation is validated and
-// every problem returned, joined with errors.Join; on error tpl is left as
-// it was. Injecting an injected template gives the same template again.
+// every problem returned, joined with errors.Join. The result is built on a
+// deep copy and only then stored in *tpl, so the maps and slices tpl held
+// are never changed, and on error tpl is left as it was. Injecting an
+// injected template gives the same template again.
 func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Config) error {
 	if !Enabled(tpl.Labels) {
 		return nil

@@ -81,12 +81,17 @@ func injectDeployment(t *testing.T, raw []byte) ([]byte, bool) {
 		t.Fatal(err)
 	}
 	before := d.DeepCopy()
+	held := d.Spec.Template // shares the template's maps and slices
 	if err := Template(d.ObjectMeta, &d.Spec.Template, testConfig()); err != nil {
 		// A failed injection leaves the template alone.
 		if !equalYAML(t, before, &d) {
 			t.Errorf("failed injection changed the template")
 		}
 		return []byte("error: |\n  " + strings.ReplaceAll(err.Error(), "\n", "\n  ") + "\n"), false
+	}
+	// The webhook compares the result with the template it was given.
+	if !equalYAML(t, &before.Spec.Template, &held) {
+		t.Errorf("injection changed the maps or slices of the template it was given")
 	}
 	out, err := yaml.Marshal(&d)
 	if err != nil {

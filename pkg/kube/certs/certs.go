@@ -10,6 +10,7 @@
 package certs
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -115,9 +116,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("certs: no Kubernetes client (Config.Client)")
 	}
-	cfg.SecretName = or(cfg.SecretName, kube.WebhookCertSecret)
-	cfg.ServiceName = or(cfg.ServiceName, kube.WebhookService)
-	cfg.WebhookConfiguration = or(cfg.WebhookConfiguration, kube.WebhookConfiguration)
+	cfg.SecretName = cmp.Or(cfg.SecretName, kube.WebhookCertSecret)
+	cfg.ServiceName = cmp.Or(cfg.ServiceName, kube.WebhookService)
+	cfg.WebhookConfiguration = cmp.Or(cfg.WebhookConfiguration, kube.WebhookConfiguration)
 	if cfg.CAValidity == 0 {
 		cfg.CAValidity = DefaultCAValidity
 	}
@@ -163,13 +164,6 @@ func New(cfg Config) (*Manager, error) {
 		clock:      cfg.Clock,
 		log:        cfg.Logger.With(zap.String("secret", ns+"/"+cfg.SecretName)),
 	}, nil
-}
-
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // GetCertificate returns the newest serving certificate loaded, for

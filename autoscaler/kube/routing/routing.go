@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,8 +162,8 @@ func New(cfg Config) (*Router, error) {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
 	}{
-		{svcInf.Informer(), handler(r.serviceChanged)},
-		{sliceInf.Informer(), handler(r.sliceChanged)},
+		{svcInf.Informer(), handler(r.serviceChanged, sameService)},
+		{sliceInf.Informer(), handler(r.sliceChanged, sameLabels)},
 		{depInf.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { r.deploymentChanged(nil, obj) },
 			UpdateFunc: r.deploymentChanged,
@@ -179,13 +180,35 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// handler calls f with every object an event names: both for an update.
-func handler(f func(obj any, deleted bool)) cache.ResourceEventHandlerFuncs {
+// handler calls f with every object an event names: for an update, with
+// the old object too unless same says f would read nothing different of
+// it (a resync, or a change to what routing does not look at).
+func handler[T any](f func(obj any, deleted bool), same func(old, obj T) bool) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { f(obj, false) },
-		UpdateFunc: func(old, obj any) { f(old, false); f(obj, false) },
+		AddFunc: func(obj any) { f(obj, false) },
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(T)
+			n, ok2 := obj.(T)
+			if !ok1 || !ok2 || !same(o, n) {
+				f(old, false)
+			}
+			f(obj, false)
+		},
 		DeleteFunc: func(obj any) { f(obj, true) },
 	}
+}
+
+// sameLabels says whether two versions of an EndpointSlice agree on all
+// sliceChanged reads of them.
+func sameLabels(old, obj *discoveryv1.EndpointSlice) bool {
+	return maps.Equal(old.Labels, obj.Labels)
+}
+
+// sameService says whether two versions of a Service agree on all
+// serviceChanged reads of them: the Deployments they concern.
+func sameService(old, obj *corev1.Service) bool {
+	return maps.Equal(old.Labels, obj.Labels) && maps.Equal(old.Spec.Selector, obj.Spec.Selector) &&
+		old.Annotations[kube.AnnotationSelector] == obj.Annotations[kube.AnnotationSelector]
 }
 
 // Run waits for the informers' caches, then reconciles with workers
@@ -340,13 +363,7 @@ func (r *Router) requestedRoute(key service.Key) scaler.Route {
 func (r *Router) notify(key service.Key) {
 	r.notifying.Lock()
 	defer r.notifying.Unlock()
-	var now observed
-	for i, ip := range r.ReadyPods(key) {
-		if i > 0 {
-			now.pods += ","
-		}
-		now.pods += ip
-	}
+	now := observed{pods: strings.Join(r.ReadyPods(key), ",")}
 	eff, ok := r.cachedRoute(key)
 	r.mu.Lock()
 	if !ok {
@@ -497,7 +514,12 @@ func (r *Router) deploymentChanged(old, obj any) {
 	}
 	r.queue.Add(keyOf(d))
 	// Whether a Service selects one Deployment's pods or several depends
-	// on every Deployment of the namespace.
+	// on the pod template labels of every Deployment of the namespace:
+	// the others are concerned only when d comes, goes or changes them,
+	// not when it is scaled or rolled out.
+	if prev != nil && maps.Equal(prev.Spec.Template.Labels, d.Spec.Template.Labels) {
+		return
+	}
 	for _, dep := range []*appsv1.Deployment{prev, d} {
 		if dep == nil {
 			continue

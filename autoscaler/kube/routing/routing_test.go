@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -1024,4 +1026,79 @@ func TestChooseOrder(t *testing.T) {
 			t.Errorf("%s: choose(%v) = %q, %v; want %q, %v", tc.comment, tc.want, got.route, ok, tc.route, tc.ok)
 		}
 	}
+}
+
+func TestUpdateHandlerReadsTheOldObjectWhenItDiffers(t *testing.T) {
+	var got []string
+	h := handler(func(obj any, deleted bool) {
+		s := obj.(*corev1.Service)
+		got = append(got, fmt.Sprintf("%s %v", s.ResourceVersion, deleted))
+	}, sameService)
+	svc := func(rv string, mod func(*corev1.Service)) *corev1.Service {
+		s := userService("web", map[string]string{"app": "web"})
+		s.ResourceVersion = rv
+		if mod != nil {
+			mod(s)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name     string
+		old, obj *corev1.Service
+		want     []string
+	}{
+		{"resync", svc("1", nil), svc("1", nil), []string{"1 false"}},
+		{"ports changed", svc("1", nil), svc("2", func(s *corev1.Service) { s.Spec.Ports = nil }), []string{"2 false"}},
+		{"selector changed", svc("1", nil), svc("2", func(s *corev1.Service) { s.Spec.Selector = map[string]string{"app": "other"} }),
+			[]string{"1 false", "2 false"}},
+		{"label changed", svc("1", nil), svc("2", func(s *corev1.Service) { s.Labels = map[string]string{kube.LabelDeployment: "web"} }),
+			[]string{"1 false", "2 false"}},
+		{"selector taken", svc("1", nil), svc("2", func(s *corev1.Service) {
+			s.Spec.Selector = nil
+			s.Annotations = map[string]string{kube.AnnotationSelector: `{"app":"web"}`}
+		}), []string{"1 false", "2 false"}},
+	} {
+		got = nil
+		h.OnUpdate(tc.old, tc.obj)
+		equal(t, tc.name, got, tc.want)
+	}
+	got = nil
+	h.OnDelete(svc("3", nil))
+	equal(t, "delete", got, []string{"3 true"})
+}
+
+// TestDeploymentChangeConcernsOthersThroughTemplateLabels: a Deployment
+// scaled concerns itself only; one whose pod template labels change
+// concerns the Deployments whose Services it selected or selects.
+func TestDeploymentChangeConcernsOthersThroughTemplateLabels(t *testing.T) {
+	canary := deployment("web-canary", map[string]string{"app": "web", "track": "canary"}, nil)
+	h := newHarness(t, webDeployment(), canary, userService("both", map[string]string{"app": "web"}))
+	if !cache.WaitForCacheSync(h.ctx.Done(), h.r.synced...) {
+		t.Fatal("handlers not synced")
+	}
+	queued := func() []string {
+		var out []string
+		for h.r.queue.Len() > 0 {
+			k, _ := h.r.queue.Get()
+			out = append(out, k.String())
+			h.r.queue.Done(k)
+		}
+		slices.Sort(out)
+		return out
+	}
+	queued()
+
+	scaled := canary.DeepCopy()
+	scaled.ResourceVersion, scaled.Generation, scaled.Spec.Replicas = "2", 2, ptr.To[int32](3)
+	h.r.deploymentChanged(canary, scaled)
+	equal(t, "scaled", queued(), []string{"shop/web-canary"})
+
+	relabelled := scaled.DeepCopy()
+	relabelled.ResourceVersion, relabelled.Generation = "3", 3
+	relabelled.Spec.Template.Labels["app"] = "canary"
+	h.r.deploymentChanged(scaled, relabelled)
+	equal(t, "relabelled", queued(), []string{"shop/web", "shop/web-canary"})
+
+	h.r.deploymentDeleted(cache.DeletedFinalStateUnknown{Key: "shop/web-canary", Obj: scaled})
+	equal(t, "deleted", queued(), []string{"shop/web", "shop/web-canary"})
 }

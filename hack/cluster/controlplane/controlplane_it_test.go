@@ -1,11 +1,8 @@
-package controlplane
+package controlplane_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -15,7 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/swell-run/swell/hack/cluster/build"
+	"github.com/swell-run/swell/hack/cluster/controlplane"
+	"github.com/swell-run/swell/hack/cluster/internal/clustertest"
 	"github.com/swell-run/swell/hack/cluster/netns"
 )
 
@@ -23,35 +21,10 @@ import (
 // control plane, checks it through the API, and stops it. The first build
 // takes minutes, so it runs only with SWELL_CLUSTER_IT=1.
 func TestControlPlane(t *testing.T) {
-	if os.Getenv("SWELL_CLUSTER_IT") != "1" {
-		t.Skip("set SWELL_CLUSTER_IT=1 to build and run a real control plane")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-
-	bins, err := build.Build(ctx, build.Options{SkipSwell: true, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	suffix := make([]byte, 4)
-	rand.Read(suffix)
-	name := "it" + hex.EncodeToString(suffix)
-	state := t.TempDir()
-	t.Cleanup(func() {
-		// Whatever happened, leave nothing behind.
-		if err := Stop(context.Background(), state, log); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-
-	c, err := Start(ctx, Config{Name: name, StateDir: state, Binaries: bins, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	c, _ := clustertest.Start(ctx, t, "it", log)
 	if len(c.Processes) != 3 {
 		t.Fatalf("processes = %+v, want etcd, kube-apiserver, kube-controller-manager", c.Processes)
 	}
@@ -65,7 +38,7 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("/version = %+v, want v1.37.2 (1.37), clean", v)
 	}
 
-	ns, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "it-" + name}}, metav1.CreateOptions{})
+	ns, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "it-" + c.Name}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace as admin: %v", err)
 	}
@@ -78,18 +51,10 @@ func TestControlPlane(t *testing.T) {
 
 	// The controllers run with their own credentials under RBAC: the
 	// service-account controller gives the new namespace its default.
-	saCtx, saCancel := context.WithTimeout(ctx, 30*time.Second)
-	defer saCancel()
-	for {
-		_, err := admin.CoreV1().ServiceAccounts(ns.Name).Get(saCtx, "default", metav1.GetOptions{})
-		if err == nil {
-			break
-		}
-		if saCtx.Err() != nil {
-			t.Fatalf("no default ServiceAccount in %s: %v", ns.Name, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	clustertest.Eventually(t, 30*time.Second, "default ServiceAccount in "+ns.Name, func() error {
+		_, err := admin.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 
 	for _, p := range c.Processes {
 		rss, err := p.RSS()
@@ -116,7 +81,7 @@ func TestControlPlane(t *testing.T) {
 	}
 }
 
-func clientset(t *testing.T, s *State, kubeconfig string) kubernetes.Interface {
+func clientset(t *testing.T, s *controlplane.State, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := s.RESTConfig(kubeconfig)
 	if err != nil {
@@ -127,12 +92,4 @@ func clientset(t *testing.T, s *State, kubeconfig string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
-}
-
-// testWriter sends log lines to the test's log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(string(b))
-	return len(b), nil
 }

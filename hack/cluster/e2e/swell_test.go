@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -74,14 +75,14 @@ var installSwell = sync.OnceValue(func() error {
 	if _, err := cs.CoreV1().ConfigMaps(swellNamespace).Patch(ctx, "swell-defaults", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("set the test defaults: %w", err)
 	}
-	for ctx.Err() == nil {
-		err = swellReady(ctx, cs)
-		if err == nil {
-			return nil
-		}
-		time.Sleep(pollInterval)
+	var last error
+	if err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
+		last = swellReady(ctx, cs)
+		return last == nil, nil
+	}); err != nil {
+		return fmt.Errorf("Swell not ready within %v: %v", installTimeout, last)
 	}
-	return fmt.Errorf("Swell not ready within %v: %v", installTimeout, err)
+	return nil
 })
 
 // swellReady says what Swell still lacks, or nil.

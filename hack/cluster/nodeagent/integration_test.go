@@ -2,8 +2,6 @@ package nodeagent_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/swell-run/swell/hack/cluster/build"
 	"github.com/swell-run/swell/hack/cluster/controlplane"
+	"github.com/swell-run/swell/hack/cluster/internal/clustertest"
 	"github.com/swell-run/swell/hack/cluster/netns"
 )
 
@@ -37,42 +35,19 @@ import (
 // their service account's token. The control plane's first build takes
 // minutes, so it runs only with SWELL_CLUSTER_IT=1.
 func TestNodeAgent(t *testing.T) {
-	if os.Getenv("SWELL_CLUSTER_IT") != "1" {
-		t.Skip("set SWELL_CLUSTER_IT=1 to run the node agent against a real control plane")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
-
-	bins, err := build.Build(ctx, build.Options{SkipSwell: true, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	c, bins := clustertest.Start(ctx, t, "na", log)
 	binDir := t.TempDir()
 	goBuild(t, "../../..", filepath.Join(binDir, "hello"), "./examples/hello")
 	goBuild(t, ".", filepath.Join(binDir, "agent"), "./testdata/agent")
 
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	name := "na" + hex.EncodeToString(suffix)
-	state := t.TempDir()
-	t.Cleanup(func() {
-		if err := controlplane.Stop(context.Background(), state, log); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	c, err := controlplane.Start(ctx, controlplane.Config{Name: name, StateDir: state, Binaries: bins, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
 	agent, err := c.Run(ctx, "node-agent", []string{filepath.Join(binDir, "agent"),
 		"-kubeconfig", c.PKI.Node.Kubeconfig, "-scheduler-kubeconfig", c.PKI.Scheduler.Kubeconfig,
 		"-node", controlplane.DefaultNodeName, "-netns", c.Netns, "-bridge", netns.Bridge,
-		"-state", filepath.Join(state, "node"), "-image", "swell/hello=" + filepath.Join(binDir, "hello")})
-	nodeState := filepath.Join(state, "node")
+		"-state", filepath.Join(c.StateDir, "node"), "-image", "swell/hello=" + filepath.Join(binDir, "hello")})
+	nodeState := filepath.Join(c.StateDir, "node")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +65,7 @@ func TestNodeAgent(t *testing.T) {
 	if err := controlplane.WaitNodeReady(ctx, admin, controlplane.DefaultNodeName, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the default ServiceAccount and an untainted Node", func() error {
+	clustertest.Eventually(t, 30*time.Second, "the default ServiceAccount and an untainted Node", func() error {
 		if _, err := admin.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return err
 		}
@@ -104,7 +79,7 @@ func TestNodeAgent(t *testing.T) {
 		return nil
 	})
 
-	t.Run("Deployment", func(t *testing.T) { testDeployment(ctx, t, admin, name, c.Netns) })
+	t.Run("Deployment", func(t *testing.T) { testDeployment(ctx, t, admin, c.Name, c.Netns) })
 	t.Run("ServiceAccountToken", func(t *testing.T) {
 		testServiceAccountToken(ctx, t, admin, nodeState, bins.Kubectl, c.Ports.APIServer)
 	})
@@ -149,7 +124,7 @@ func testDeployment(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	eventually(t, 60*time.Second, "2 Ready pods with IPs", func() error {
+	clustertest.Eventually(t, 60*time.Second, "2 Ready pods with IPs", func() error {
 		list, err := admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
 		if err != nil {
 			return err
@@ -186,7 +161,7 @@ func testDeployment(ctx context.Context, t *testing.T, admin kubernetes.Interfac
 	if _, err := admin.AppsV1().Deployments("default").UpdateScale(ctx, "hello", scale, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "no pods and no pod namespaces", func() error {
+	clustertest.Eventually(t, 60*time.Second, "no pods and no pod namespaces", func() error {
 		list, err := admin.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=hello"})
 		if err != nil {
 			return err
@@ -215,7 +190,7 @@ func testServiceAccountToken(ctx context.Context, t *testing.T, admin kubernetes
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
+	clustertest.Eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
 		_, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -249,7 +224,7 @@ func testServiceAccountToken(ctx context.Context, t *testing.T, admin kubernetes
 	// The authorizer reads RBAC through an informer: wait until the grant
 	// is in effect, so that the pod's one attempt counts.
 	user := "system:serviceaccount:" + ns + ":reader"
-	eventually(t, 30*time.Second, "the Role in effect for "+user, func() error {
+	clustertest.Eventually(t, 30*time.Second, "the Role in effect for "+user, func() error {
 		r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: []string{"system:serviceaccounts"},
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "get", Resource: "configmaps", Name: "greeting"}},
@@ -288,7 +263,7 @@ if "$KUBECTL" get secrets 2>&1; then echo secrets=allowed; fi`
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, "pod "+p.Name+" done", func() error {
+		clustertest.Eventually(t, 60*time.Second, "pod "+p.Name+" done", func() error {
 			got, err := admin.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -342,22 +317,6 @@ func ready(p *corev1.Pod) bool {
 	return false
 }
 
-// eventually polls f until it succeeds, bounded.
-func eventually(t *testing.T, bound time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s, still no %s: %v", bound, what, err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the apiserver
-	}
-}
-
 func goBuild(t *testing.T, dir, out, pkg string) {
 	t.Helper()
 	cmd := exec.Command("go", "build", "-o", out, pkg)
@@ -365,13 +324,6 @@ func goBuild(t *testing.T, dir, out, pkg string) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v: %s", pkg, err, b)
 	}
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(b []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(b)))
-	return len(b), nil
 }
 
 // testWebhookDialsPodIP checks that the apiserver calls an admission
@@ -385,7 +337,7 @@ func testWebhookDialsPodIP(ctx context.Context, t *testing.T, admin kubernetes.I
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
+	clustertest.Eventually(t, 30*time.Second, "the namespace's default ServiceAccount", func() error {
 		_, err := admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
@@ -408,7 +360,7 @@ func testWebhookDialsPodIP(ctx context.Context, t *testing.T, admin kubernetes.I
 		t.Fatal(err)
 	}
 	var podIP string
-	eventually(t, 60*time.Second, "a ready endpoint of Service hook", func() error {
+	clustertest.Eventually(t, 60*time.Second, "a ready endpoint of Service hook", func() error {
 		p, err := admin.CoreV1().Pods(ns).Get(ctx, "hook", metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -457,7 +409,7 @@ func testWebhookDialsPodIP(ctx context.Context, t *testing.T, admin kubernetes.I
 	// The apiserver picks the configuration up through an informer: until
 	// it does, creating a ConfigMap succeeds.
 	const fromPod = "server gave HTTP response to HTTPS client"
-	eventually(t, 30*time.Second, "webhook call that reached pod "+podIP, func() error {
+	clustertest.Eventually(t, 30*time.Second, "webhook call that reached pod "+podIP, func() error {
 		_, err := admin.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
 		if err == nil || !strings.Contains(err.Error(), fromPod) {
 			return fmt.Errorf("create a ConfigMap: %v, want the webhook's call to fail with %q", err, fromPod)

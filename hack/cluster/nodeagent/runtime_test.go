@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/hack/cluster/internal/clustertest"
 )
 
 // These tests run pods for real: network namespaces, veth pairs on a
@@ -133,7 +136,7 @@ func newTestNode(t *testing.T) *testNode {
 		Bridge:       "swbr0",
 		Images:       map[string]string{"swell/test-http": testHTTPServer(t), "swell/shell": "/bin/sh"},
 		StateDir:     n.dir,
-		Log:          slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Log:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}, apiAccess{api: n.api, server: testAPIServer, ca: []byte(testCA)}, clock.RealClock{}, n.dial)
 	if err != nil {
 		t.Fatal(err)
@@ -148,13 +151,6 @@ const (
 	testAPIServer = "https://198.18.0.1:6443"
 	testCA        = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 )
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSpace(string(p)))
-	return len(p), nil
-}
 
 // netnsDialer dials from inside the named network namespace: the socket is
 // created on a thread that entered it.
@@ -415,16 +411,11 @@ func TestGracePeriodThenSIGKILL(t *testing.T) {
 	}
 	w, changed := n.run(t, pod)
 	waitStatus(t, w, changed, "containers running", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
-	for _, f := range []string{started + ".1", started + ".2"} {
-		for i := 0; ; i++ { // the traps are set once the files exist
-			if _, err := os.Stat(f); err == nil {
-				break
-			}
-			if i > 500 {
-				t.Fatalf("%s never appeared", f)
-			}
-			time.Sleep(10 * time.Millisecond) // polling an external process's progress
-		}
+	for _, f := range []string{started + ".1", started + ".2"} { // the traps are set once the files exist
+		clustertest.Eventually(t, 5*time.Second, f, func() error {
+			_, err := os.Stat(f)
+			return err
+		})
 	}
 	begin := time.Now()
 	w.terminate(time.Second)
@@ -455,15 +446,7 @@ func TestPreStopRunsBeforeSIGTERM(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hooked"}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
 	w, changed := n.run(t, pod)
 	waitStatus(t, w, changed, "running", func(s corev1.PodStatus) bool { return podCondition(s, corev1.PodReady) })
-	for i := 0; ; i++ {
-		if b, _ := os.ReadFile(events); len(b) > 0 {
-			break
-		}
-		if i > 500 {
-			t.Fatal("the container never started")
-		}
-		time.Sleep(10 * time.Millisecond) // polling an external process's progress
-	}
+	readWhenWritten(t, events) // the trap is set
 	w.terminate(5 * time.Second)
 	<-w.Done()
 	got, _ := os.ReadFile(events)
@@ -528,14 +511,12 @@ func TestInitContainersRunInOrder(t *testing.T) {
 			t.Errorf("init container %s: %+v", c.Name, c.State)
 		}
 	}
-	for i := 0; ; i++ {
-		if b, _ := os.ReadFile(f); string(b) == "one\ntwo\nmain\n" {
-			break
-		} else if i > 500 {
-			t.Fatalf("order %q, want one two main", b)
+	clustertest.Eventually(t, 5*time.Second, "the containers' lines in order", func() error {
+		if b, _ := os.ReadFile(f); string(b) != "one\ntwo\nmain\n" {
+			return fmt.Errorf("order %q, want one two main", b)
 		}
-		time.Sleep(10 * time.Millisecond) // polling an external process's progress
-	}
+		return nil
+	})
 }
 
 func TestLeftoversOfAnEarlierRunRemoved(t *testing.T) {
@@ -554,17 +535,13 @@ func TestLeftoversOfAnEarlierRunRemoved(t *testing.T) {
 	// A leftover of an earlier run has long been inside its namespace:
 	// wait until this one is, or the removal races its entering.
 	pid := strconv.Itoa(orphan.Process.Pid)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		out, _ := exec.Command(n.rt.net.ip, "netns", "pids", stale).Output()
-		if slices.Contains(strings.Fields(string(out)), pid) {
-			break
+	clustertest.Eventually(t, 5*time.Second, "process "+pid+" in "+stale, func() error {
+		out, err := exec.Command(n.rt.net.ip, "netns", "pids", stale).Output()
+		if !slices.Contains(strings.Fields(string(out)), pid) {
+			return fmt.Errorf("ip netns pids: %q (%v)", out, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %s never entered %s", pid, stale)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if got := n.rt.net.leftovers(); len(got) != 1 || got[0] != stale {
 		t.Fatalf("leftovers %v, want [%s]", got, stale)
 	}
@@ -582,15 +559,15 @@ func TestLeftoversOfAnEarlierRunRemoved(t *testing.T) {
 // readWhenWritten waits for a container to write the file at path.
 func readWhenWritten(t *testing.T, path string) string {
 	t.Helper()
-	for i := 0; ; i++ {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
-			return string(b)
+	var b []byte
+	clustertest.Eventually(t, 5*time.Second, "line written to "+path, func() error {
+		var err error
+		if b, err = os.ReadFile(path); err == nil && !bytes.HasSuffix(b, []byte("\n")) {
+			err = fmt.Errorf("%q has no complete line", b)
 		}
-		if i > 500 {
-			t.Fatalf("%s was never written", path)
-		}
-		time.Sleep(10 * time.Millisecond) // polling an external process's progress
-	}
+		return err
+	})
+	return string(b)
 }
 
 func TestServiceAccountCredentials(t *testing.T) {

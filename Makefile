@@ -11,7 +11,7 @@ all: build
 RELEASE_FLAGS ?= -trimpath -ldflags "-s -w"
 
 build:
-	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./examples/hello
+	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
 
 ## test: everything that must pass — vet, formatting, race-enabled tests.
 test: vet fmt-check unit

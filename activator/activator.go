@@ -24,13 +24,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/breaker"
+	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
 // Defaults for Config's zero values.
 const (
 	DefaultQueueDepth        = 10000
-	DefaultQueueTimeout      = 5 * time.Minute
+	DefaultQueueTimeout      = network.DefaultRequestTimeout
 	DefaultProbeInterval     = 25 * time.Millisecond
 	DefaultProbeFastWindow   = 30 * time.Second
 	DefaultProbeSlowInterval = time.Second

@@ -22,8 +22,8 @@ import (
 	"github.com/swell-run/swell/autoscaler/decider"
 	"github.com/swell-run/swell/autoscaler/engine"
 	"github.com/swell-run/swell/autoscaler/scaler"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Defaults and bounds of Config.

@@ -21,9 +21,9 @@ import (
 
 	"github.com/swell-run/swell/autoscaler/collector"
 	"github.com/swell-run/swell/autoscaler/scaler"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 

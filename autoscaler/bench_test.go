@@ -12,8 +12,8 @@ import (
 
 	"github.com/swell-run/swell/autoscaler/collector"
 	"github.com/swell-run/swell/autoscaler/scaler"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // staticBackend is a Backend whose Status is a map read, like an informer's

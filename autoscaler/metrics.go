@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // metrics are the loop's Prometheus metrics. The per-service gauges carry

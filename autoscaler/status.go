@@ -8,8 +8,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Status is a snapshot of the autoscaler: every service's latest decision

@@ -82,7 +82,7 @@ func DefaultConfig() Config {
 		MetricsPort:           network.DefaultQueueMetricsPort,
 		UserPort:              network.DefaultUserPort,
 		QueueDepth:            AutoQueueDepth,
-		RequestTimeout:        300 * time.Second,
+		RequestTimeout:        network.DefaultRequestTimeout,
 		ProbePeriod:           time.Second,
 		ProbeTimeout:          time.Second,
 		ProbeFailureThreshold: 3,

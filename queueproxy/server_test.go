@@ -30,7 +30,7 @@ import (
 )
 
 // startApp starts an app on loopback speaking HTTP/1.1 and cleartext
-// HTTP/2, as examples/hello does.
+// HTTP/2, as cmd/hello does.
 func startApp(t *testing.T, h http.Handler) *httptest.Server {
 	t.Helper()
 	app := httptest.NewUnstartedServer(h)

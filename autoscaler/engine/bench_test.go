@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // fleet is a population of services at realistic, varied load, driven the

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/autoscaler/window"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Sample is one source's contribution to a service's load in one second:

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // t0 is a whole second; tests record a second's sample at that second and

@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // ErrNotFound is wrapped by backend errors for a service the backend does

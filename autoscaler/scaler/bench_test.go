@@ -10,7 +10,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // BenchmarkSteadyTick measures one autoscaler tick's worth of executor

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // EventKind says what an Event reports.

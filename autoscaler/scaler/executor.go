@@ -11,7 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Defaults of Options.

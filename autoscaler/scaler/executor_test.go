@@ -15,7 +15,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler/decider"
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 var hello = service.Key{Namespace: "default", Name: "hello"}

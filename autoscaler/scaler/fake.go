@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Op names a Backend method in a recorded Call.

@@ -3,7 +3,7 @@ package scaler
 import (
 	"sync"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // queue is a keyed work queue that coalesces: a key waits in it at most

@@ -3,7 +3,7 @@ package scaler
 import (
 	"testing"
 
-	"github.com/swell-run/swell/autoscaler/service"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 var (

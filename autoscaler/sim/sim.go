@@ -39,8 +39,8 @@ import (
 
 	"github.com/swell-run/swell/autoscaler/decider"
 	"github.com/swell-run/swell/autoscaler/engine"
-	"github.com/swell-run/swell/autoscaler/service"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Epoch is the virtual clock's origin: time 0 of every simulation. Any

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/swell-run/swell/activator"
+	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/envflag"
-	"github.com/swell-run/swell/pkg/kube"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 )

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests: the real activator binary in front of real
-// queue-proxies and examples/hello apps, on loopback.
+// queue-proxies and cmd/hello apps, on loopback.
 
 import (
 	"bufio"
@@ -24,16 +24,17 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/swell-run/swell/autoscaler/collector"
-	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/pkg/proctest"
 	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/internal/proctest"
+	"github.com/swell-run/swell/pkg/network"
 )
 
 const (
 	actPkg   = "github.com/swell-run/swell/cmd/activator"
 	qpPkg    = "github.com/swell-run/swell/cmd/queue-proxy"
-	helloPkg = "github.com/swell-run/swell/examples/hello"
+	helloPkg = "github.com/swell-run/swell/cmd/hello"
 	// startTimeout bounds a process's start-up; only reached when broken.
 	startTimeout = 30 * time.Second
 	svcKey       = "default/hello"

@@ -12,26 +12,27 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/swell-run/swell/activator/kubesource"
-	"github.com/swell-run/swell/pkg/kube"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/activatorsource"
+	"github.com/swell-run/swell/kube/apiserver"
 )
 
 // userAgent names the activator in the API server's logs.
 const userAgent = "swell-activator"
 
 // kubeMode is the activator on Kubernetes: the services come from the
-// cluster's pods-Services (activator/kubesource), the token from its
+// cluster's pods-Services (kube/activatorsource), the token from its
 // Secret, and the autoscaler's address from its Service's endpoints.
 type kubeMode struct {
 	cfg    config
 	client kubernetes.Interface
-	src    *kubesource.Source
+	src    *activatorsource.Source
 	log    *zap.Logger
 }
 
 // newKubeMode finds the API server and builds the source; Run starts it.
 func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
-	rc, err := kube.RESTConfig(cfg.Kubeconfig, userAgent)
+	rc, err := apiserver.RESTConfig(cfg.Kubeconfig, userAgent)
 	if err != nil {
 		return nil, fmt.Errorf("SERVICES_FILE is not set, so the services come from Kubernetes: %w", err)
 	}
@@ -39,7 +40,7 @@ func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Kubernetes client for %s: %w", rc.Host, err)
 	}
-	src, err := kubesource.New(kubesource.Config{
+	src, err := activatorsource.New(activatorsource.Config{
 		Client:          client,
 		SystemNamespace: cfg.SystemNamespace,
 		ClusterDomain:   cfg.ClusterDomain,
@@ -55,7 +56,7 @@ func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
 func (k *kubeMode) token(ctx context.Context) (string, error) {
 	k.log.Info("reading the autoscaler token",
 		zap.String("secret", k.cfg.SystemNamespace+"/"+kube.ActivatorTokenSecret), zap.String("key", kube.ActivatorTokenKey))
-	return kubesource.ReadToken(ctx, k.client, k.cfg.SystemNamespace)
+	return activatorsource.ReadToken(ctx, k.client, k.cfg.SystemNamespace)
 }
 
 // dialer is the reporter's websocket dialer: the autoscaler's Service

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/swell-run/swell/activator/kubesource"
-	"github.com/swell-run/swell/pkg/kube"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/activatorsource"
 	"github.com/swell-run/swell/pkg/network"
 )
 
@@ -121,7 +121,7 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := kubesource.New(kubesource.Config{Client: fake.NewClientset(slice), SystemNamespace: cfg.SystemNamespace})
+	src, err := activatorsource.New(activatorsource.Config{Client: fake.NewClientset(slice), SystemNamespace: cfg.SystemNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/envflag"
-	"github.com/swell-run/swell/pkg/inject"
-	"github.com/swell-run/swell/pkg/kube"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 )

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
-	"github.com/swell-run/swell/pkg/kube"
 )
 
 // webhookDefaults keeps the cluster's autoscaling defaults for the

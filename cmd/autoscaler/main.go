@@ -1,9 +1,9 @@
 // Command autoscaler is Swell's control plane on Kubernetes. Every replica
 // serves the admission webhooks (package webhook) with a certificate it
-// keeps itself (package pkg/kube/certs). One replica, elected through a
+// keeps itself (package kube/certs). One replica, elected through a
 // Lease, runs the autoscaling loop (package autoscaler) over the opted-in
-// Deployments (package autoscaler/kube/controller), routes their Services
-// (package autoscaler/kube/routing) and receives the activators' reports.
+// Deployments (package kube/controller), routes their Services
+// (package kube/routing) and receives the activators' reports.
 // It is configured by environment variables or the equivalent flags (run
 // with --help); docs/kubernetes.md describes the whole.
 //
@@ -46,17 +46,18 @@ import (
 
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/autoscaler/collector"
-	"github.com/swell-run/swell/autoscaler/kube/controller"
-	"github.com/swell-run/swell/autoscaler/kube/routing"
 	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/apiserver"
+	"github.com/swell-run/swell/kube/certs"
+	"github.com/swell-run/swell/kube/controller"
+	"github.com/swell-run/swell/kube/inject"
+	"github.com/swell-run/swell/kube/routing"
+	"github.com/swell-run/swell/kube/webhook"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/envflag"
-	"github.com/swell-run/swell/pkg/inject"
-	"github.com/swell-run/swell/pkg/kube"
-	"github.com/swell-run/swell/pkg/kube/certs"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/webhook"
 )
 
 // component names the autoscaler to the API server and in Events.
@@ -82,7 +83,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 	defer log.Sync()
 
-	rest, err := kube.RESTConfig(cfg.Kubeconfig, component)
+	rest, err := apiserver.RESTConfig(cfg.Kubeconfig, component)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests: the real queue-proxy binary in front of the real
-// examples/hello binary, on loopback.
+// cmd/hello binary, on loopback.
 
 import (
 	"bufio"
@@ -23,13 +23,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/swell-run/swell/internal/proctest"
 	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/pkg/proctest"
 )
 
 const (
 	qpPkg    = "github.com/swell-run/swell/cmd/queue-proxy"
-	helloPkg = "github.com/swell-run/swell/examples/hello"
+	helloPkg = "github.com/swell-run/swell/cmd/hello"
 	// startTimeout bounds how long a freshly started process may take to
 	// answer; generous because the race detector and a busy machine slow
 	// start-up, and it is only ever reached when something is broken.

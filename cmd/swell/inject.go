@@ -16,8 +16,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/autoscaling"
-	"github.com/swell-run/swell/pkg/inject"
 )
 
 const injectUsage = `Usage: swell inject -f FILE|- [-o FILE] [--image IMAGE]

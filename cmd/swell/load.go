@@ -73,7 +73,7 @@ func newLoadFlagSet(f *loadFlags) *flag.FlagSet {
 	fs.DurationVar(&f.duration, "duration", 0, "send for this long: requests due later are not sent")
 	fs.Uint64Var(&f.requests, "requests", 0, "send at most `N` requests")
 	fs.Float64Var(&f.speed, "speed", 1, "replay the trace `factor` times faster (0.5 is half speed); service times are not scaled")
-	fs.BoolVar(&f.serviceTime, "service-time", false, "append each trace request's service time to the URL as ?sleep=<duration>, which examples/hello honours")
+	fs.BoolVar(&f.serviceTime, "service-time", false, "append each trace request's service time to the URL as ?sleep=<duration>, which cmd/hello honours")
 	fs.DurationVar(&f.sleepBase, "sleep-base", 5*time.Millisecond, "service time of a token-trace request: this fixed part...")
 	fs.DurationVar(&f.sleepPerToken, "sleep-per-token", time.Millisecond, "...plus this much per generated token")
 	fs.StringVar(&f.method, "method", http.MethodGet, "request `method`")

@@ -14,10 +14,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/swell-run/swell/examples/hello/app"
+	"github.com/swell-run/swell/demo"
+	"github.com/swell-run/swell/local"
+	"github.com/swell-run/swell/local/config"
 	"github.com/swell-run/swell/pkg/envflag"
-	"github.com/swell-run/swell/pkg/local"
-	"github.com/swell-run/swell/pkg/local/config"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/queueproxy"
 )
@@ -220,7 +220,7 @@ func runQueueProxy(_ context.Context, args []string, s streams) int {
 	return queueproxy.Main(args, os.LookupEnv, s.stdout, s.stderr)
 }
 
-// runHello is `swell hello`: the example app, as examples/hello.
+// runHello is `swell hello`: the example app, as cmd/hello.
 func runHello(_ context.Context, args []string, s streams) int {
-	return app.Main(args, os.Getenv, s.stderr)
+	return demo.Main(args, os.Getenv, s.stderr)
 }

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swell-run/swell/internal/proctest"
+	"github.com/swell-run/swell/local"
 	"github.com/swell-run/swell/pkg/loadgen"
-	"github.com/swell-run/swell/pkg/local"
-	"github.com/swell-run/swell/pkg/proctest"
 )
 
 // End-to-end tests of `swell local`: the real binary, its real replicas
@@ -153,7 +153,7 @@ func TestLocalFromZeroAndBackToZero(t *testing.T) {
 	}
 }
 
-// helloStats is examples/hello's own count of its requests.
+// helloStats is cmd/hello's own count of its requests.
 type helloStats struct {
 	MaxInflight int64 `json:"max_inflight"`
 	Requests    int64 `json:"requests"`

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/swell-run/swell/pkg/local"
+	"github.com/swell-run/swell/local"
 )
 
 const statusUsage = `Usage: swell status [flags] [SERVICE...]

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/swell-run/swell/pkg/local"
+	"github.com/swell-run/swell/local"
 )
 
 func TestStatusTableAndJSON(t *testing.T) {

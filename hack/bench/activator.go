@@ -219,7 +219,7 @@ func actReport(o options, sat, rate actRuns, actIdle, actPeak memory) section {
 	}
 	return section{
 		title: "Activator overhead",
-		text: "The example app (`examples/hello`, plain `GET /`) reached directly and through an activator " +
+		text: "The example app (`cmd/hello`, plain `GET /`) reached directly and through an activator " +
 			"→ queue-proxy → app, on loopback, HTTP/1.1 with keep-alive; requests to the activator carry " +
 			"`Host: " + actHost + "`. The load generator is `swell load`, one process per run.",
 		header: []string{"metric", "direct", "via activator", "ratio / delta"},

@@ -18,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/swell-run/swell/local"
 	"github.com/swell-run/swell/pkg/loadgen"
-	"github.com/swell-run/swell/pkg/local"
 )
 
 // The local scenario: `swell local --demo` (the activator and autoscaler in

@@ -26,7 +26,7 @@ import (
 // Main packages the scenarios build, by import path so that the harness
 // runs from anywhere in the module.
 const (
-	helloPkg = "github.com/swell-run/swell/examples/hello"
+	helloPkg = "github.com/swell-run/swell/cmd/hello"
 	qpPkg    = "github.com/swell-run/swell/cmd/queue-proxy"
 	swellPkg = "github.com/swell-run/swell/cmd/swell"
 	actPkg   = "github.com/swell-run/swell/cmd/activator"

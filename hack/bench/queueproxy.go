@@ -340,7 +340,7 @@ func qpReport(o options, sat, rate, one pair, qpIdle, qpPeak, appIdle, appPeak m
 	}
 	return section{
 		title: "Queue-proxy overhead",
-		text: "The example app (`examples/hello`, plain `GET /`) reached directly and through a queue-proxy " +
+		text: "The example app (`cmd/hello`, plain `GET /`) reached directly and through a queue-proxy " +
 			"in front of it, on loopback, HTTP/1.1 with keep-alive. The load generator is `swell load`, " +
 			"one process per run.",
 		header: []string{"metric", "direct", "via queue-proxy", "ratio / delta", "target", "met?"},

@@ -39,7 +39,7 @@ const (
 )
 
 // SleepParam is the query parameter that carries a request's service time
-// when Options.ServiceTime is set; the example app (examples/hello) sleeps
+// when Options.ServiceTime is set; the example app (cmd/hello) sleeps
 // for it before answering.
 const SleepParam = "sleep"
 

@@ -5,6 +5,7 @@ package network
 import (
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Headers Swell sets or reads. Canonical MIME form, so map lookups on
@@ -110,3 +111,12 @@ func IsProbe(r *http.Request) bool {
 func IsFromActivator(r *http.Request) bool {
 	return r.Header.Get(ProxyHeader) == ProxyActivator
 }
+
+// The bounds of a request timeout (the queue-proxy's REQUEST_TIMEOUT, the
+// swell.run/timeout annotation, swell local's requestTimeout), and its
+// default: a request, queueing included, ends at this bound.
+const (
+	DefaultRequestTimeout = 5 * time.Minute
+	RequestTimeoutMin     = time.Second
+	RequestTimeoutMax     = time.Hour
+)

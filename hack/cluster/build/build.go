@@ -65,7 +65,7 @@ var swellImages = []struct {
 	image, pkg string
 	optional   bool
 }{
-	{"swell/hello", "./examples/hello", false},
+	{"swell/hello", "./cmd/hello", false},
 	{"swell/queue-proxy", "./cmd/queue-proxy", false},
 	{"swell/activator", "./cmd/activator", false},
 	{"swell/autoscaler", "./cmd/autoscaler", true},

@@ -37,7 +37,7 @@ const (
 	// turns a hang into a failure that shows the pods.
 	waitTimeout = 60 * time.Second
 
-	// helloGreeting starts the answer of examples/hello to a plain GET.
+	// helloGreeting starts the answer of cmd/hello to a plain GET.
 	helloGreeting = "Hello from Swell!"
 	// helloPort is where the pods of swell/hello listen (env PORT).
 	helloPort = 8080

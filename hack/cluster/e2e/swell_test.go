@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// What Swell's manifests and controllers name (pkg/kube in the main
+// What Swell's manifests and controllers name (kube/ in the main
 // module, which this module does not import).
 const (
 	swellNamespace   = "swell-system"

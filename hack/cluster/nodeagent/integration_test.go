@@ -40,7 +40,7 @@ func TestNodeAgent(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), nil))
 	c, bins := clustertest.Start(ctx, t, "na", log)
 	binDir := t.TempDir()
-	goBuild(t, "../../..", filepath.Join(binDir, "hello"), "./examples/hello")
+	goBuild(t, "../../..", filepath.Join(binDir, "hello"), "./cmd/hello")
 	goBuild(t, ".", filepath.Join(binDir, "agent"), "./testdata/agent")
 
 	agent, err := c.Run(ctx, "node-agent", []string{filepath.Join(binDir, "agent"),

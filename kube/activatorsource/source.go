@@ -1,0 +1,332 @@
+// Package activatorsource is the activator's Source on Kubernetes: it learns the
+// services to route, and their pods, from Swell's pods-Services and their
+// EndpointSlices, through client-go's shared informers.
+//
+// Every Service labelled kube.LabelDeployment (in any namespace) is the
+// pods-Service of the Deployment D named by the label. It becomes the
+// activator.Service "<namespace>/D": its hosts are the cluster-local names
+// of the Services listed in its kube.AnnotationServices, its container
+// concurrency is kube.AnnotationContainerConcurrency, and its pods are the
+// endpoints of its EndpointSlices that are not terminating, on the port
+// named kube.PortNameHTTP.
+//
+// The source also follows the EndpointSlices of the Service
+// kube.AutoscalerService in Swell's system namespace, so that the activator
+// reaches the autoscaler holding the lead without cluster DNS or kube-proxy
+// (AutoscalerAddr).
+package activatorsource
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/swell-run/swell/activator"
+	"github.com/swell-run/swell/kube"
+)
+
+// Config configures a Source. Only Client is required.
+type Config struct {
+	// Client reads Services and EndpointSlices (list and watch, cluster
+	// wide).
+	Client kubernetes.Interface
+	// SystemNamespace is where the Service kube.AutoscalerService lives;
+	// kube.DefaultSystemNamespace if empty.
+	SystemNamespace string
+	// ClusterDomain is the cluster DNS suffix of the host names;
+	// activator.DefaultClusterDomain if empty.
+	ClusterDomain string
+	// Logger; a no-op logger if nil.
+	Logger *zap.Logger
+}
+
+// byService indexes EndpointSlices by "<namespace>/<service name>".
+const byService = "service"
+
+// Source is an activator.Source over the cluster's pods-Services. Create it
+// with New, start it with Run, and wait for WaitForSync before trusting
+// Services to be complete. Safe for concurrent use.
+type Source struct {
+	systemNamespace string
+	domain          string
+	log             *zap.Logger
+
+	factories  []informers.SharedInformerFactory
+	services   corelisters.ServiceLister
+	slices     cache.Indexer
+	autoscaler discoverylisters.EndpointSliceLister
+	// autoscalerChanged signals a change of the autoscaler's endpoints.
+	autoscalerChanged chan struct{}
+	synced            []cache.InformerSynced
+
+	changed chan struct{}
+
+	// mu serialises rebuilding a service from the caches with storing it,
+	// so that two informers' handlers never store an older view over a
+	// newer one.
+	mu    sync.Mutex
+	byKey map[string]activator.Service
+	list  []activator.Service // byKey sorted by key; rebuilt when stale
+	stale bool
+}
+
+// New returns a Source; its informers start with Run.
+//
+// Three informers, each listing only what it needs: Services labelled
+// kube.LabelDeployment; EndpointSlices labelled kube.LabelDeployment but not
+// kube.LabelRoute, which are the pods-Services' own slices, since
+// Kubernetes' EndpointSlice controller copies a Service's labels onto its
+// slices (Swell's route slices carry kube.LabelRoute); and, in the system
+// namespace, the slices of kube.AutoscalerService.
+func New(cfg Config) (*Source, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("activatorsource: Config.Client is nil")
+	}
+	s := &Source{
+		systemNamespace: cmp.Or(cfg.SystemNamespace, kube.DefaultSystemNamespace),
+		domain:          cmp.Or(cfg.ClusterDomain, activator.DefaultClusterDomain),
+		log:             cfg.Logger,
+		changed:         make(chan struct{}, 1),
+		byKey:           map[string]activator.Service{},
+		stale:           true,
+	}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	selected := func(selector string, opts ...informers.SharedInformerOption) informers.SharedInformerFactory {
+		opts = append(opts, informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, opts...)
+		s.factories = append(s.factories, f)
+		return f
+	}
+
+	svcInf := selected(kube.LabelDeployment).Core().V1().Services()
+	s.services = svcInf.Lister()
+	svcReg, err := svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.serviceChanged(nil, obj) },
+		UpdateFunc: s.serviceChanged,
+		DeleteFunc: func(obj any) { s.serviceChanged(obj, nil) },
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	sliceInf := selected(kube.LabelDeployment + ",!" + kube.LabelRoute).Discovery().V1().EndpointSlices().Informer()
+	if err := sliceInf.AddIndexers(cache.Indexers{byService: indexByService}); err != nil {
+		return nil, err
+	}
+	s.slices = sliceInf.GetIndexer()
+	sliceReg, err := sliceInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: s.sliceChanged,
+		UpdateFunc: func(old, obj any) {
+			if sliceService(old) != sliceService(obj) {
+				s.sliceChanged(old)
+			}
+			s.sliceChanged(obj)
+		},
+		DeleteFunc: s.sliceChanged,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	asInf := selected(discoveryv1.LabelServiceName+"="+kube.AutoscalerService,
+		informers.WithNamespace(s.systemNamespace)).Discovery().V1().EndpointSlices()
+	s.autoscaler = asInf.Lister()
+	s.autoscalerChanged = make(chan struct{}, 1)
+	if _, err := asInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.notifyAutoscaler() },
+		UpdateFunc: func(any, any) { s.notifyAutoscaler() },
+		DeleteFunc: func(any) { s.notifyAutoscaler() },
+	}); err != nil {
+		return nil, err
+	}
+
+	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced}
+	return s, nil
+}
+
+// Run starts the informers and returns, always nil, once ctx has ended and
+// they have stopped.
+func (s *Source) Run(ctx context.Context) error {
+	for _, f := range s.factories {
+		f.Start(ctx.Done())
+	}
+	<-ctx.Done()
+	for _, f := range s.factories {
+		f.Shutdown()
+	}
+	return nil
+}
+
+// WaitForSync waits until the informers have listed everything once and
+// Services reflects it. It reports false if ctx ended first.
+func (s *Source) WaitForSync(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), s.synced...)
+}
+
+// Services implements activator.Source: the services sorted by key. The
+// slice is shared until the next change; the caller must not modify it.
+func (s *Source) Services() []activator.Service {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stale {
+		s.list = make([]activator.Service, 0, len(s.byKey))
+		for _, sv := range s.byKey {
+			s.list = append(s.list, sv)
+		}
+		slices.SortFunc(s.list, func(a, b activator.Service) int { return cmp.Compare(a.Key, b.Key) })
+		s.stale = false
+	}
+	return s.list
+}
+
+// Changed implements activator.Source. Signals coalesce: one pending
+// signal covers every change made before it is received.
+func (s *Source) Changed() <-chan struct{} { return s.changed }
+
+// AutoscalerChanged delivers a value after the autoscaler Service's
+// endpoints changed: a new leader published itself. Signals coalesce.
+func (s *Source) AutoscalerChanged() <-chan struct{} { return s.autoscalerChanged }
+
+func (s *Source) notifyAutoscaler() {
+	select {
+	case s.autoscalerChanged <- struct{}{}:
+	default:
+	}
+}
+
+// AutoscalerAddr is ip:port of a ready endpoint of the Service
+// kube.AutoscalerService in the system namespace, on its port named
+// kube.PortNameHTTP: the autoscaler that holds the lead. It reports false
+// while there is none.
+func (s *Source) AutoscalerAddr() (string, bool) {
+	// The informer holds only this Service's slices.
+	eps, err := s.autoscaler.EndpointSlices(s.systemNamespace).List(labels.Everything())
+	if err != nil {
+		return "", false
+	}
+	return readyAddr(eps, kube.PortNameHTTP)
+}
+
+// serviceChanged rebuilds the services that old and obj (either may be nil)
+// stand for.
+func (s *Source) serviceChanged(old, obj any) {
+	prev := ""
+	for _, o := range []any{old, obj} {
+		svc, ok := unwrap(o).(*corev1.Service)
+		if !ok {
+			continue
+		}
+		if d := svc.Labels[kube.LabelDeployment]; d != "" && d != prev {
+			s.sync(svc.Namespace, d)
+			prev = d
+		}
+	}
+}
+
+// sliceChanged rebuilds the service whose pods-Service owns the slice obj.
+// A slice that arrives before its Service is skipped: the Service's own
+// event rebuilds the service from every slice cached by then.
+func (s *Source) sliceChanged(obj any) {
+	es, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	name := es.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return
+	}
+	svc, err := s.services.Services(es.Namespace).Get(name)
+	if err != nil {
+		return
+	}
+	if d := svc.Labels[kube.LabelDeployment]; d != "" {
+		s.sync(es.Namespace, d)
+	}
+}
+
+// sync rebuilds the service of Deployment d in namespace ns from the
+// caches, and signals Changed if it differs from what Services had.
+func (s *Source) sync(ns, d string) {
+	key := ns + "/" + d
+	s.mu.Lock()
+	sv, ok := s.build(ns, d, key)
+	old, had := s.byKey[key]
+	switch {
+	case !ok && !had, ok && had && equal(old, sv):
+		s.mu.Unlock()
+		return
+	case !ok:
+		delete(s.byKey, key)
+	default:
+		s.byKey[key] = sv
+	}
+	s.stale = true
+	s.mu.Unlock()
+	select {
+	case s.changed <- struct{}{}:
+	default:
+	}
+}
+
+// build reads the service of Deployment d in namespace ns from the caches;
+// false if it has no pods-Service.
+func (s *Source) build(ns, d, key string) (activator.Service, bool) {
+	// Only the pods-Service: a Service the autoscaler routes carries the
+	// label too.
+	svc, err := s.services.Services(ns).Get(kube.PodsServiceName(d))
+	if err != nil || svc.Labels[kube.LabelDeployment] != d {
+		return activator.Service{}, false
+	}
+	objs, err := s.slices.ByIndex(byService, ns+"/"+svc.Name)
+	if err != nil {
+		return activator.Service{}, false
+	}
+	eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if es, ok := o.(*discoveryv1.EndpointSlice); ok {
+			eps = append(eps, es)
+		}
+	}
+	return toService(key, svc, eps, s.domain, s.log), true
+}
+
+// sliceService is "<namespace>/<service name>" of the EndpointSlice obj, or
+// "" if it names no Service.
+func sliceService(obj any) string {
+	es, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+	if !ok || es.Labels[discoveryv1.LabelServiceName] == "" {
+		return ""
+	}
+	return es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]
+}
+
+// indexByService is the byService index function.
+func indexByService(obj any) ([]string, error) {
+	if key := sliceService(obj); key != "" {
+		return []string{key}, nil
+	}
+	return nil, nil
+}
+
+// unwrap returns the last known object of a deletion the informer missed.
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}

@@ -1,0 +1,304 @@
+package activatorsource
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/swell-run/swell/activator"
+	"github.com/swell-run/swell/kube"
+)
+
+var bg = context.Background()
+
+func TestNewNeedsClient(t *testing.T) {
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without a client: no error")
+	}
+}
+
+// TestSyncedSourceListsServices: once WaitForSync returns, Services holds
+// every pods-Service already in the cluster, and nothing else.
+func TestSyncedSourceListsServices(t *testing.T) {
+	web := podsService("shop", "web", kube.AnnotationServices, "front", kube.AnnotationContainerConcurrency, "2")
+	api := podsService("other", "api")
+	user := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front"}}
+	src, _ := started(t, web, api, user,
+		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
+		endpointSlice(api, "api-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.1.1", "api-a", false, false)),
+	)
+	want := []activator.Service{{
+		Key: "other/api", Pods: []activator.Pod{{Name: "api-a", Addr: "10.0.1.1:8012"}},
+	}, {
+		Key: "shop/web", Hosts: kube.HostNames("front", "shop", "cluster.local"), ContainerConcurrency: 2,
+		Pods: []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}},
+	}}
+	if got := src.Services(); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestListsOnlySwellObjects: the informers ask the API server only for
+// pods-Services, their slices, and the autoscaler's slices.
+func TestListsOnlySwellObjects(t *testing.T) {
+	_, client := started(t)
+	got := map[string]string{}
+	for _, a := range client.Actions() {
+		if l, ok := a.(clienttesting.ListAction); ok {
+			got[a.GetResource().Resource+" in "+a.GetNamespace()] = l.GetListRestrictions().Labels.String()
+		}
+	}
+	want := map[string]string{
+		"services in ":       kube.LabelDeployment,
+		"endpointslices in ": kube.LabelDeployment + ",!" + kube.LabelRoute,
+		"endpointslices in " + kube.DefaultSystemNamespace: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("lists %v, want %v", got, want)
+	}
+}
+
+func TestServicesAppearChangeAndDisappear(t *testing.T) {
+	src, client := started(t)
+	services := client.CoreV1().Services("shop")
+	slicesAPI := client.DiscoveryV1().EndpointSlices("shop")
+
+	web := podsService("shop", "web", kube.AnnotationServices, "front")
+	if _, err := services.Create(bg, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "listed the new service", func(s []activator.Service) bool {
+		sv, ok := find(s, "shop/web")
+		return ok && len(sv.Pods) == 0 && slices.Equal(sv.Hosts, kube.HostNames("front", "shop", "cluster.local"))
+	})
+
+	es := endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", false, false))
+	if _, err := slicesAPI.Create(bg, es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "listed the pod", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}})
+	})
+
+	es.Endpoints = append(es.Endpoints, endpoint("10.0.0.2", "web-b", false, false))
+	es.Endpoints[0] = endpoint("10.0.0.1", "web-a", false, true)
+	if _, err := slicesAPI.Update(bg, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "replaced the terminating pod", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "web-b", Addr: "10.0.0.2:8012"}})
+	})
+
+	// A second slice listing the same pod again, and a new one.
+	es2 := endpointSlice(web, "web-2", v4, kube.PortNameHTTP, 8012,
+		endpoint("10.0.0.2", "web-b", true, false), endpoint("10.0.0.3", "web-c", true, false))
+	if _, err := slicesAPI.Create(bg, es2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "merged the slices", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "web-b", Addr: "10.0.0.2:8012"}, {Name: "web-c", Addr: "10.0.0.3:8012"}})
+	})
+
+	web.Annotations[kube.AnnotationServices] = "back,front"
+	web.Annotations[kube.AnnotationContainerConcurrency] = "7"
+	if _, err := services.Update(bg, web, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "followed the annotations", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return sv.ContainerConcurrency == 7 && len(sv.Hosts) == 6 && len(sv.Pods) == 2
+	})
+
+	if err := slicesAPI.Delete(bg, "web-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "dropped the deleted slice's pods", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "web-b", Addr: "10.0.0.2:8012"}})
+	})
+
+	if err := services.Delete(bg, web.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "dropped the service", func(s []activator.Service) bool { return len(s) == 0 })
+}
+
+// TestSliceBeforeItsService: a slice cached before its Service is picked
+// up when the Service arrives.
+func TestSliceBeforeItsService(t *testing.T) {
+	src, client := started(t)
+	create := func(objs ...runtime.Object) {
+		t.Helper()
+		for _, o := range objs {
+			var err error
+			switch o := o.(type) {
+			case *corev1.Service:
+				_, err = client.CoreV1().Services(o.Namespace).Create(bg, o, metav1.CreateOptions{})
+			case *discoveryv1.EndpointSlice:
+				_, err = client.DiscoveryV1().EndpointSlices(o.Namespace).Create(bg, o, metav1.CreateOptions{})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	late := podsService("shop", "late")
+	marker := podsService("shop", "marker")
+	create(endpointSlice(late, "late-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.9", "late-a", true, false)), marker)
+	// The slice informer delivers in order: once the marker's slice is
+	// seen, so was the late one.
+	create(endpointSlice(marker, "marker-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.8", "marker-a", true, false)))
+	waitUntil(t, src, "listed the marker's pod", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/marker")
+		return len(sv.Pods) == 1
+	})
+	if _, ok := find(src.Services(), "shop/late"); ok {
+		t.Fatal("a service listed before its pods-Service exists")
+	}
+	create(late)
+	waitUntil(t, src, "listed the early slice's pod", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/late")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "late-a", Addr: "10.0.0.9:8012"}})
+	})
+}
+
+// TestChangedOnlyOnChange: an update that changes nothing the activator
+// routes by (a pod turning ready) signals nothing; Services keeps handing
+// out the same slice until something changes.
+func TestChangedOnlyOnChange(t *testing.T) {
+	a, b := podsService("shop", "a"), podsService("shop", "b")
+	sa := endpointSlice(a, "a-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "a-0", false, false))
+	sb := endpointSlice(b, "b-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.2", "b-0", false, false))
+	src, client := started(t, a, b, sa, sb)
+	select {
+	case <-src.Changed(): // the initial sync's signal
+	default:
+		t.Fatal("no signal for the initial services")
+	}
+	first := src.Services()
+	if again := src.Services(); &again[0] != &first[0] {
+		t.Error("Services rebuilt its slice without a change")
+	}
+
+	slicesAPI := client.DiscoveryV1().EndpointSlices("shop")
+	sa.Endpoints[0] = endpoint("10.0.0.1", "a-0", true, false)
+	if _, err := slicesAPI.Update(bg, sa, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The same informer delivers b's update after a's.
+	sb.Endpoints = append(sb.Endpoints, endpoint("10.0.0.3", "b-1", false, false))
+	if _, err := slicesAPI.Update(bg, sb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// One signal, sent once b's change is in place.
+	select {
+	case <-src.Changed():
+	case <-time.After(testTimeout):
+		t.Fatal("no signal for b's new pod")
+	}
+	if sv, _ := find(src.Services(), "shop/b"); len(sv.Pods) != 2 {
+		t.Fatalf("signalled before b's change: %+v", sv)
+	}
+	select {
+	case <-src.Changed():
+		t.Error("a second signal: the update that changed nothing signalled")
+	default:
+	}
+	if got := src.Services(); &got[0] == &first[0] {
+		t.Error("Services handed out the old slice after a change")
+	}
+}
+
+func TestAutoscalerAddr(t *testing.T) {
+	as := podsService(kube.DefaultSystemNamespace, "x")
+	as.Name, as.Labels = kube.AutoscalerService, nil
+	elsewhere := as.DeepCopy()
+	elsewhere.Namespace = "default"
+	for _, tc := range []struct {
+		name string
+		objs []runtime.Object
+		want string
+		ok   bool
+	}{
+		{"no endpoint", nil, "", false},
+		{"not ready", []runtime.Object{endpointSlice(as, "as-1", v4, kube.PortNameHTTP, 8080,
+			endpoint("10.0.0.5", "as-0", false, false))}, "", false},
+		{"another namespace's", []runtime.Object{endpointSlice(elsewhere, "as-1", v4, kube.PortNameHTTP, 8080,
+			endpoint("10.0.0.5", "as-0", true, false))}, "", false},
+		{"ready", []runtime.Object{endpointSlice(as, "as-1", v4, kube.PortNameHTTP, 8080,
+			endpoint("10.0.0.5", "as-0", false, false), endpoint("10.0.0.6", "as-1", true, false))}, "10.0.0.6:8080", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, _ := started(t, tc.objs...)
+			got, ok := src.AutoscalerAddr()
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("got %q %v, want %q %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestRunReturnsWhenContextEnds: Run stops its informers and returns.
+func TestRunReturnsWhenContextEnds(t *testing.T) {
+	src, _ := started(t) // the cleanup cancels Run and waits for it
+	if _, ok := src.AutoscalerAddr(); ok {
+		t.Error("an autoscaler address in an empty cluster")
+	}
+}
+
+// TestRoutedServiceIsNotThePodsService: a Service the autoscaler routes
+// carries the Deployment's label too, as do the slices Kubernetes wrote for
+// it before the takeover (they point at the app's port); only the
+// pods-Service's slices are the service's pods.
+func TestRoutedServiceIsNotThePodsService(t *testing.T) {
+	web := podsService("shop", "web", kube.AnnotationServices, "front")
+	front := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front",
+		Labels: map[string]string{kube.LabelDeployment: "web"}}}
+	src, _ := started(t, front, web,
+		endpointSlice(front, "front-k8s", v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.1", "web-a", true, false)),
+		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
+	)
+	want := []activator.Service{{
+		Key: "shop/web", Hosts: kube.HostNames("front", "shop", "cluster.local"),
+		Pods: []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}},
+	}}
+	if got := src.Services(); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestAutoscalerChanged: a new leader's endpoint is signalled, so the
+// reporter can reconnect at once.
+func TestAutoscalerChanged(t *testing.T) {
+	as := podsService(kube.DefaultSystemNamespace, "x")
+	as.Name, as.Labels = kube.AutoscalerService, nil
+	src, cs := started(t)
+	select {
+	case <-src.AutoscalerChanged():
+		t.Fatal("a change signalled in an empty cluster")
+	default:
+	}
+	es := endpointSlice(as, kube.AutoscalerService, v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.6", "as-1", true, false))
+	if _, err := cs.DiscoveryV1().EndpointSlices(es.Namespace).Create(t.Context(), es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-src.AutoscalerChanged():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no signal for the autoscaler's new endpoint")
+	}
+	if got, ok := src.AutoscalerAddr(); got != "10.0.0.6:8080" || !ok {
+		t.Errorf("AutoscalerAddr = %q %v after the signal, want 10.0.0.6:8080", got, ok)
+	}
+}

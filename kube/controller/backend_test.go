@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktesting "k8s.io/client-go/testing"
+
+	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
+)
+
+// scaleActions returns the actions on Deployments' scale subresource, as
+// "get" or "update".
+func scaleActions(h *harness) []string {
+	var out []string
+	for _, a := range h.cs.Actions() {
+		if a.GetResource() == deploymentsGVR && a.GetSubresource() == "scale" {
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
+}
+
+func replicasOf(t *testing.T, h *harness, name string) int32 {
+	t.Helper()
+	obj, err := h.cs.Tracker().Get(deploymentsGVR, testNS, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *obj.(*appsv1.Deployment).Spec.Replicas
+}
+
+func TestSetScaleUsesTheScaleSubresource(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.create(deployment("hello", nil))
+
+	h.cs.ClearActions()
+	if err := h.c.SetScale(h.ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := scaleActions(h); !slices.Equal(got, []string{"get", "update"}) {
+		t.Errorf("scale actions %q, want get, update", got)
+	}
+	for _, a := range h.cs.Actions() {
+		if a.GetVerb() == "update" && a.GetSubresource() != "scale" {
+			t.Errorf("the deployment itself was written: %v", a)
+		}
+	}
+	if n := replicasOf(t, h, "hello"); n != 3 {
+		t.Errorf("replicas %d, want 3", n)
+	}
+
+	// Already at 3: read, not written.
+	h.cs.ClearActions()
+	if err := h.c.SetScale(h.ctx, key, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := scaleActions(h); !slices.Equal(got, []string{"get"}) {
+		t.Errorf("scale actions %q, want only get", got)
+	}
+
+	// A conflict is retried on a fresh read.
+	conflicts := 1
+	h.cs.PrependReactor("update", "deployments", func(a ktesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "scale" || conflicts == 0 {
+			return false, nil, nil
+		}
+		conflicts--
+		return true, nil, apierrors.NewConflict(deploymentsGVR.GroupResource(), "hello", errors.New("changed"))
+	})
+	h.cs.ClearActions()
+	if err := h.c.SetScale(h.ctx, key, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := scaleActions(h); !slices.Equal(got, []string{"get", "update", "get", "update"}) {
+		t.Errorf("scale actions %q, want get, update (conflict), get, update", got)
+	}
+	if n := replicasOf(t, h, "hello"); n != 5 {
+		t.Errorf("replicas %d, want 5", n)
+	}
+
+	if err := h.c.SetScale(h.ctx, key, -1); err == nil {
+		t.Error("SetScale(-1): no error")
+	}
+}
+
+func TestSetScaleRefusesDeploymentsNotOptedIn(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	plain := deployment("plain", nil)
+	delete(plain.Spec.Template.Labels, kube.LabelEnabled)
+	h.create(plain)
+
+	h.cs.ClearActions()
+	for _, name := range []string{"plain", "missing"} {
+		err := h.c.SetScale(h.ctx, service.Key{Namespace: testNS, Name: name}, 3)
+		if !errors.Is(err, scaler.ErrNotFound) {
+			t.Errorf("SetScale(%s) = %v, want ErrNotFound", name, err)
+		}
+	}
+	if got := scaleActions(h); len(got) != 0 {
+		t.Errorf("scale actions %q, want none", got)
+	}
+	if n := replicasOf(t, h, "plain"); n != 1 {
+		t.Errorf("replicas %d, want 1", n)
+	}
+}
+
+func TestStatusFromListers(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", nil)
+	d.Spec.Replicas = new(int32(3))
+	h.create(d)
+	unset := deployment("unset", nil)
+	unset.Spec.Replicas = nil
+	h.create(unset)
+	plain := deployment("plain", nil)
+	delete(plain.Labels, kube.LabelEnabled)
+	h.create(plain)
+	h.router.setPods(key, "10.0.0.1", "10.0.0.2")
+	h.router.setRoute(key, scaler.RoutePods, scaler.RouteActivator)
+
+	h.cs.ClearActions()
+	st, err := h.c.Status(h.ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := scaler.Status{Desired: 3, Ready: 2, Route: scaler.RoutePods, Requested: scaler.RouteActivator}
+	if st != want {
+		t.Errorf("Status = %+v, want %+v", st, want)
+	}
+	st, err = h.c.Status(h.ctx, keyOf(unset))
+	if err != nil || st.Desired != 1 || st.Ready != 0 {
+		t.Errorf("Status of a deployment without replicas = %+v, %v; want desired 1", st, err)
+	}
+	for _, name := range []string{"plain", "missing"} {
+		if _, err := h.c.Status(h.ctx, service.Key{Namespace: testNS, Name: name}); !errors.Is(err, scaler.ErrNotFound) {
+			t.Errorf("Status(%s) = %v, want ErrNotFound", name, err)
+		}
+	}
+	if a := h.cs.Actions(); len(a) != 0 {
+		t.Errorf("Status called the API: %v", a)
+	}
+
+	// SetRoute is the Router's.
+	if err := h.c.SetRoute(h.ctx, key, scaler.RoutePods); err != nil {
+		t.Fatal(err)
+	}
+	if _, req := h.router.Route(key); req != scaler.RoutePods {
+		t.Errorf("requested route %v after SetRoute(pods)", req)
+	}
+}

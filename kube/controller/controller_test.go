@@ -1,0 +1,420 @@
+package controller
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/service"
+)
+
+func mustParse(t *testing.T, annotations map[string]string, d autoscaling.Defaults) autoscaling.Spec {
+	t.Helper()
+	spec, err := parse(annotations, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+func parseError(annotations map[string]string, d autoscaling.Defaults) string {
+	_, err := parse(annotations, d)
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestOptedInDeploymentIsUpsertedWithItsSpecAndPods(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.router.setPods(key, "10.0.0.1", "10.0.0.2")
+	ann := map[string]string{
+		autoscaling.Prefix + autoscaling.KeyMinScale: "1",
+		autoscaling.ContainerConcurrencyKey:          "10",
+		"example.com/unrelated":                      "x",
+	}
+	d := deployment("hello", ann)
+	h.create(d)
+	h.sync(key)
+
+	calls := h.scaling.take()
+	want := []call{
+		{op: "upsert", key: key, spec: mustParse(t, ann, autoscaling.DefaultDefaults())},
+		{op: "pods", key: key, pods: []string{"10.0.0.1:9090", "10.0.0.2:9090"}},
+	}
+	if !reflect.DeepEqual(calls, want) {
+		t.Fatalf("calls = %+v\nwant %+v", calls, want)
+	}
+	if got := calls[0].spec; got.MinScale != 1 || got.ContainerConcurrency != 10 || got.Target != 10 {
+		t.Errorf("spec min-scale %d, container concurrency %d, target %v; want 1, 10, 10",
+			got.MinScale, got.ContainerConcurrency, got.Target)
+	}
+
+	// The same spec is not upserted again; the pods are set again.
+	h.router.setPods(key, "10.0.0.3")
+	h.sync(key)
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "pods", key: key, pods: []string{"10.0.0.3:9090"}}}) {
+		t.Errorf("second reconcile: calls = %+v, want only pods", calls)
+	}
+
+	// Changed annotations: a new spec.
+	d.Annotations[autoscaling.Prefix+autoscaling.KeyMinScale] = "2"
+	h.update(d)
+	h.sync(key)
+	ups := only(h.scaling.take(), "upsert")
+	if len(ups) != 1 || ups[0].spec.MinScale != 2 {
+		t.Fatalf("after the annotation changed: upserts %+v, want one with min-scale 2", ups)
+	}
+	if !reflect.DeepEqual(ups[0].spec, mustParse(t, d.Annotations, autoscaling.DefaultDefaults())) {
+		t.Errorf("spec = %+v, want the parsed annotations", ups[0].spec)
+	}
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("events %q, want none", ev)
+	}
+}
+
+func TestStatsPortIsConfigurable(t *testing.T) {
+	cs := fake.NewClientset()
+	c, err := New(Config{Client: cs, Informers: informers.NewSharedInformerFactory(cs, 0), Router: newFakeRouter(),
+		Recorder: record.NewFakeRecorder(1), StatsPort: 9999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.router.(*fakeRouter)
+	key := service.Key{Namespace: testNS, Name: "a"}
+	r.setPods(key, "10.0.0.1", "fd00::1")
+	if got, want := c.podAddrs(key), []string{"10.0.0.1:9999", "[fd00::1]:9999"}; !slices.Equal(got, want) {
+		t.Errorf("podAddrs = %q, want %q", got, want)
+	}
+}
+
+func TestInvalidAnnotationsKeepThePreviousSpec(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", map[string]string{autoscaling.Prefix + autoscaling.KeyMinScale: "1"})
+	h.create(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 {
+		t.Fatalf("upserts %+v, want 1", ups)
+	}
+
+	d.Annotations[autoscaling.Prefix+autoscaling.KeyMinScale] = "abc"
+	h.update(d)
+	h.sync(key)
+	msg := parseError(d.Annotations, autoscaling.DefaultDefaults())
+	if msg == "" {
+		t.Fatal("the annotations parse; the test needs invalid ones")
+	}
+	want := []string{onDeployment("Warning InvalidAnnotations " + msg)}
+	if ev := h.events(); !slices.Equal(ev, want) {
+		t.Fatalf("events %q\nwant %q", ev, want)
+	}
+	// The service keeps running on its previous spec.
+	if calls := h.scaling.take(); len(only(calls, "upsert")) != 0 || len(only(calls, "remove")) != 0 || len(only(calls, "pods")) != 1 {
+		t.Errorf("calls %+v, want only pods", calls)
+	}
+
+	// The same problem is reported once.
+	h.sync(key)
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("second reconcile: events %q, want none", ev)
+	}
+
+	// Another problem is reported.
+	d.Annotations[autoscaling.Prefix+autoscaling.KeyMinScale] = "-1"
+	h.update(d)
+	h.sync(key)
+	if ev := h.events(); len(ev) != 1 {
+		t.Errorf("after a new problem: events %q, want 1", ev)
+	}
+
+	// Fixed: the new spec is upserted.
+	d.Annotations[autoscaling.Prefix+autoscaling.KeyMinScale] = "3"
+	h.update(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.MinScale != 3 {
+		t.Errorf("after the fix: upserts %+v, want one with min-scale 3", ups)
+	}
+
+	// A new Deployment with invalid annotations is not scaled at all;
+	// every problem is in the one event.
+	key2 := service.Key{Namespace: testNS, Name: "broken"}
+	d2 := deployment("broken", map[string]string{
+		autoscaling.Prefix + autoscaling.KeyMinScale: "abc",
+		autoscaling.ContainerConcurrencyKey:          "-5",
+	})
+	h.create(d2)
+	h.sync(key2)
+	if calls := h.scaling.take(); len(calls) != 0 {
+		t.Errorf("invalid new deployment: calls %+v, want none", calls)
+	}
+	ev := h.events()
+	msg2 := parseError(d2.Annotations, autoscaling.DefaultDefaults())
+	if len(ev) != 1 || ev[0] != onDeployment("Warning InvalidAnnotations "+msg2) {
+		t.Fatalf("events %q, want one with %q", ev, msg2)
+	}
+	for _, part := range []string{autoscaling.ContainerConcurrencyKey, autoscaling.KeyMinScale} {
+		if !strings.Contains(msg2, part) {
+			t.Errorf("message %q does not name %s", msg2, part)
+		}
+	}
+}
+
+func TestOptOutAndDeleteRemove(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", nil)
+	h.create(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 {
+		t.Fatalf("upserts %+v, want 1", ups)
+	}
+
+	// Opting the pod template out opts the Deployment out.
+	delete(d.Spec.Template.Labels, kube.LabelEnabled)
+	h.update(d)
+	h.sync(key)
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "remove", key: key}}) {
+		t.Errorf("after opting out: calls %+v, want remove", calls)
+	}
+	if h.c.tracked(key) {
+		t.Error("an opted-out deployment is still tracked")
+	}
+
+	// Opted in again, then deleted.
+	d.Spec.Template.Labels[kube.LabelEnabled] = "true"
+	h.update(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 {
+		t.Fatalf("opted in again: upserts %+v, want 1", ups)
+	}
+	if err := h.cs.AppsV1().Deployments(testNS).Delete(h.ctx, "hello", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.cached(key, nil)
+	h.sync(key)
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "remove", key: key}}) {
+		t.Errorf("after delete: calls %+v, want remove", calls)
+	}
+	for _, a := range writes(h.cs) {
+		if a.GetResource().Resource == "deployments" && a.GetVerb() != "create" && a.GetVerb() != "update" && a.GetVerb() != "delete" {
+			t.Errorf("the controller wrote a deployment: %v", a)
+		}
+	}
+}
+
+func TestRouterChangeResyncsAndReconciles(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.create(deployment("hello", nil))
+	h.sync(key)
+	h.scaling.take()
+
+	h.router.setPods(key, "10.0.0.9")
+	h.router.change(key)
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "resync", key: key}}) {
+		t.Errorf("on change: calls %+v, want resync", calls)
+	}
+	if n := h.c.queue.Len(); n != 1 {
+		t.Fatalf("queue holds %d items, want the deployment", n)
+	}
+	h.drain()
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "pods", key: key, pods: []string{"10.0.0.9:9090"}}}) {
+		t.Errorf("reconcile: calls %+v, want the new pods", calls)
+	}
+}
+
+func TestDefaultsFromTheConfigMap(t *testing.T) {
+	const target = autoscaling.KeyContainerConcurrencyTargetDefault
+	h := newHarness(t, defaultsConfigMap(map[string]string{target: "50"}))
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", nil)
+	h.create(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 50 {
+		t.Fatalf("upserts %+v, want one with the ConfigMap's target 50", ups)
+	}
+
+	// A change re-reconciles every opted-in Deployment.
+	setDefaults := func(data map[string]string) {
+		t.Helper()
+		cms := h.cs.CoreV1().ConfigMaps(testSystem)
+		if _, err := cms.Update(h.ctx, defaultsConfigMap(data), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.eventually("the cache to show the ConfigMap", func() bool {
+			cm, err := h.c.configMaps.Get(kube.DefaultsConfigMap)
+			return err == nil && reflect.DeepEqual(cm.Data, data)
+		})
+		h.c.queue.Add(defaultsItem)
+		h.drain()
+	}
+	setDefaults(map[string]string{target: "60"})
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 60 {
+		t.Fatalf("after the ConfigMap changed: upserts %+v, want one with target 60", ups)
+	}
+
+	// A bad ConfigMap keeps the defaults in force, with a warning on it.
+	bad := map[string]string{target: "abc"}
+	_, err := autoscaling.ParseDefaults(bad)
+	if err == nil {
+		t.Fatal("the defaults parse; the test needs bad ones")
+	}
+	setDefaults(bad)
+	want := []string{"Warning InvalidDefaults " + err.Error() + " involvedObject{kind=ConfigMap,apiVersion=v1}"}
+	if ev := h.events(); !slices.Equal(ev, want) {
+		t.Errorf("events %q\nwant %q", ev, want)
+	}
+	if calls := h.scaling.take(); len(calls) != 0 {
+		t.Errorf("a bad ConfigMap changed the services: %+v", calls)
+	}
+	h.c.queue.Add(defaultsItem)
+	h.drain()
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("the same bad ConfigMap again: events %q, want none", ev)
+	}
+	d.Annotations = map[string]string{autoscaling.Prefix + autoscaling.KeyMinScale: "2"}
+	h.update(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 60 || ups[0].spec.MinScale != 2 {
+		t.Errorf("with a bad ConfigMap: upserts %+v, want one with the previous target 60", ups)
+	}
+
+	// Without the ConfigMap, the built-in defaults.
+	if err := h.cs.CoreV1().ConfigMaps(testSystem).Delete(h.ctx, kube.DefaultsConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the ConfigMap to leave the cache", func() bool {
+		_, err := h.c.configMaps.Get(kube.DefaultsConfigMap)
+		return err != nil
+	})
+	h.c.queue.Add(defaultsItem)
+	h.drain()
+	builtin := autoscaling.DefaultDefaults().ConcurrencyTarget
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != builtin {
+		t.Errorf("without the ConfigMap: upserts %+v, want one with the built-in target %v", ups, builtin)
+	}
+}
+
+func TestRunReconcilesOnWorkers(t *testing.T) {
+	h := newHarness(t)
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.router.setPods(key, "10.0.0.1")
+	done := make(chan error, 1)
+	go func() { done <- h.c.Run(h.ctx, 2) }()
+
+	// Informer events, not the test, enqueue the Deployment.
+	if _, err := h.cs.AppsV1().Deployments(testNS).Create(h.ctx, deployment("hello", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.scaling.wait(t, "upsert", key)
+	if c := h.scaling.wait(t, "pods", key); !slices.Equal(c.pods, []string{"10.0.0.1:9090"}) {
+		t.Errorf("pods %q", c.pods)
+	}
+	if err := h.cs.AppsV1().Deployments(testNS).Delete(h.ctx, "hello", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.scaling.wait(t, "remove", key)
+
+	// A Deployment that is not opted in is never looked at.
+	plain := deployment("plain", nil)
+	delete(plain.Labels, kube.LabelEnabled)
+	delete(plain.Spec.Template.Labels, kube.LabelEnabled)
+	if _, err := h.cs.AppsV1().Deployments(testNS).Create(h.ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.cached(keyOf(plain), func(*appsv1.Deployment) bool { return true })
+
+	if err := h.c.Run(h.ctx, 1); err == nil {
+		t.Error("a second Run: no error")
+	}
+	h.cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v, want nil when its context ends", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	for _, c := range h.scaling.take() {
+		if c.key == keyOf(plain) {
+			t.Errorf("a plain deployment reached the loop: %+v", c)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	cs := fake.NewClientset()
+	f := informers.NewSharedInformerFactory(cs, 0)
+	ok := Config{Client: cs, Informers: f, Router: newFakeRouter(), Recorder: record.NewFakeRecorder(1)}
+	for name, mod := range map[string]func(*Config){
+		"no client":    func(c *Config) { c.Client = nil },
+		"no informers": func(c *Config) { c.Informers = nil },
+		"no router":    func(c *Config) { c.Router = nil },
+		"no recorder":  func(c *Config) { c.Recorder = nil },
+		"bad port":     func(c *Config) { c.StatsPort = 70000 },
+	} {
+		cfg := ok
+		mod(&cfg)
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	c, err := New(ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(t.Context(), 1); err == nil {
+		t.Error("Run before SetScaling: no error")
+	}
+	c.SetScaling(newFakeScaling())
+	if err := c.Run(t.Context(), 0); err == nil {
+		t.Error("Run with 0 workers: no error")
+	}
+}
+
+func TestDeleteHandlerEnqueuesOnlySwellDeployments(t *testing.T) {
+	h := newHarness(t)
+	plain := deployment("plain", nil)
+	delete(plain.Labels, kube.LabelEnabled)
+	opted := deployment("opted", nil)
+	tracked := service.Key{Namespace: testNS, Name: "tracked"}
+	h.c.states[tracked] = &state{}
+
+	for _, obj := range []any{
+		plain,
+		cache.DeletedFinalStateUnknown{Key: "default/plain", Obj: plain},
+		cache.DeletedFinalStateUnknown{Key: "default/opted", Obj: opted},
+		cache.DeletedFinalStateUnknown{Key: "default/tracked", Obj: plain},
+	} {
+		h.c.deploymentDeleted(obj)
+	}
+	var got []string
+	for h.c.queue.Len() > 0 {
+		it, _ := h.c.queue.Get()
+		got = append(got, it.String())
+		h.c.queue.Done(it)
+	}
+	slices.Sort(got)
+	if want := []string{"default/opted", "default/tracked"}; !slices.Equal(got, want) {
+		t.Errorf("enqueued %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,205 @@
+package controller
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ktesting "k8s.io/client-go/testing"
+
+	"github.com/swell-run/swell/autoscaler"
+	"github.com/swell-run/swell/autoscaler/decider"
+	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
+)
+
+func TestEventsOnTheDeployment(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.create(deployment("hello", nil))
+	plain := deployment("plain", nil)
+	delete(plain.Labels, kube.LabelEnabled)
+	h.create(plain)
+
+	for _, tc := range []struct {
+		name   string
+		do     func(service.Key)
+		events []string
+	}{
+		{"scale up", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 1, To: 3, Reason: "stable at target 70"})
+		}, []string{onDeployment("Normal ScaledUp 1 → 3: stable at target 70")}},
+		{"scale down", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 3, To: 2, Reason: "stable at target 70"})
+		}, []string{onDeployment("Normal ScaledDown 3 → 2: stable at target 70")}},
+		{"scale to zero", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 2, To: 0, Reason: "scale to zero after 30s idle"})
+		}, []string{onDeployment("Normal ScaledToZero 2 → 0: scale to zero after 30s idle")}},
+		{"route activator", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: scaler.RoutePods, ToRoute: scaler.RouteActivator,
+				Reason: "before scale to zero"})
+		}, []string{onDeployment("Normal RouteActivator before scale to zero")}},
+		{"route pods", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: scaler.RouteActivator, ToRoute: scaler.RoutePods,
+				Reason: "stable at target 70"})
+		}, []string{onDeployment("Normal RoutePods stable at target 70")}},
+		{"error", func(k service.Key) {
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventError, Err: errors.New("set scale: boom"), RetryIn: 400 * time.Millisecond})
+		}, []string{onDeployment("Warning ScaleFailed set scale: boom (retry in 400ms)")}},
+		{"panic started", func(k service.Key) {
+			h.c.OnNotable(autoscaler.Notable{Service: k, From: 1, PanicChanged: true,
+				Decision: decider.Decision{Scale: 3, InPanic: true, Reason: "panic: wants 3 pods for 1 ready at target 70"}})
+		}, []string{onDeployment("Normal PanicStarted panic: wants 3 pods for 1 ready at target 70")}},
+		{"panic ended", func(k service.Key) {
+			h.c.OnNotable(autoscaler.Notable{Service: k, From: 3, PanicChanged: true,
+				Decision: decider.Decision{Scale: 3, Reason: "stable at target 70"}})
+		}, []string{onDeployment("Normal PanicEnded stable at target 70")}},
+		{"scale change without panic change", func(k service.Key) {
+			h.c.OnNotable(autoscaler.Notable{Service: k, From: 3, Decision: decider.Decision{Scale: 4, Reason: "stable at target 70"}})
+		}, nil},
+	} {
+		tc.do(key)
+		if ev := h.events(); !slices.Equal(ev, tc.events) {
+			t.Errorf("%s: events %q, want %q", tc.name, ev, tc.events)
+		}
+		// Each one schedules the status annotation's update.
+		if n := h.c.queue.Len(); n != 1 {
+			t.Errorf("%s: queue holds %d items, want the deployment", tc.name, n)
+		}
+		h.drain()
+
+		// Nothing is recorded on a Deployment that is not opted in, or
+		// gone.
+		tc.do(keyOf(plain))
+		tc.do(service.Key{Namespace: testNS, Name: "missing"})
+		if ev := h.events(); len(ev) != 0 {
+			t.Errorf("%s: events on deployments that are not opted in: %q", tc.name, ev)
+		}
+		h.drain()
+	}
+}
+
+// statusPatches returns the merge patches written to Deployments.
+func statusPatches(h *harness) []string {
+	var out []string
+	for _, a := range h.cs.Actions() {
+		if p, ok := a.(ktesting.PatchAction); ok && a.GetResource() == deploymentsGVR {
+			if p.GetPatchType() != types.MergePatchType {
+				h.t.Errorf("patch type %s, want a merge patch", p.GetPatchType())
+			}
+			out = append(out, string(p.GetPatch()))
+		}
+	}
+	return out
+}
+
+func statusOf(t *testing.T, h *harness, name string) (StatusAnnotation, bool) {
+	t.Helper()
+	obj, err := h.cs.Tracker().Get(deploymentsGVR, testNS, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, ok := obj.(*appsv1.Deployment).Annotations[kube.AnnotationStatus]
+	if !ok {
+		return StatusAnnotation{}, false
+	}
+	var a StatusAnnotation
+	if err := json.Unmarshal([]byte(text), &a); err != nil {
+		t.Fatalf("status annotation %q: %v", text, err)
+	}
+	return a, true
+}
+
+func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", map[string]string{"keep": "me"})
+	h.create(d)
+	h.router.setPods(key, "10.0.0.1", "10.0.0.2")
+	h.router.setRoute(key, scaler.RouteActivator, scaler.RouteActivator)
+
+	// Before the first decision there is nothing to report; the
+	// controller looks again after a tick.
+	h.sync(key)
+	if p := statusPatches(h); len(p) != 0 {
+		t.Fatalf("patched before a decision: %q", p)
+	}
+	h.clock.Step(autoscaler.DefaultTickInterval)
+	h.eventually("the deployment to be requeued after a tick", func() bool { return h.c.queue.Len() == 1 })
+	h.drain()
+
+	ss := autoscaler.ServiceStatus{Decided: true, DecisionStatus: autoscaler.DecisionStatus{
+		Time: h.clock.Now(), Ready: 2, Desired: 4, Scale: 3, PanicMode: true,
+		Reason: "panic: wants 4 pods for 2 ready at target 70",
+	}}
+	h.scaling.setStatus(key, ss)
+	h.c.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
+	h.drain()
+	if p := statusPatches(h); len(p) != 1 {
+		t.Fatalf("patches %q, want 1", p)
+	}
+	want := StatusAnnotation{Ready: 2, Desired: 3, Recommended: 4, Panic: true, ActivatorInPath: true, Route: "activator",
+		Reason: "panic: wants 4 pods for 2 ready at target 70"}
+	if got, ok := statusOf(t, h, "hello"); !ok || got != want {
+		t.Errorf("status annotation %+v (present %v), want %+v", got, ok, want)
+	}
+
+	// The same content, before and after the cache shows the patch: no
+	// write. A newer decision time alone changes nothing.
+	ss.Time = ss.Time.Add(time.Minute)
+	h.scaling.setStatus(key, ss)
+	h.c.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
+	h.drain()
+	h.cached(key, func(d *appsv1.Deployment) bool { return d.Annotations[kube.AnnotationStatus] != "" })
+	h.sync(key)
+	if p := statusPatches(h); len(p) != 1 {
+		t.Errorf("patches %q, want still 1", p)
+	}
+
+	// A change: written again.
+	ss.Scale, ss.PanicMode = 4, false
+	h.scaling.setStatus(key, ss)
+	h.router.setRoute(key, scaler.RoutePods, scaler.RoutePods)
+	h.c.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 3, To: 4})
+	h.drain()
+	if p := statusPatches(h); len(p) != 2 {
+		t.Fatalf("patches %q, want 2", p)
+	}
+	want.Desired, want.Panic, want.ActivatorInPath, want.Route = 4, false, false, "pods"
+	if got, _ := statusOf(t, h, "hello"); got != want {
+		t.Errorf("status annotation %+v, want %+v", got, want)
+	}
+	obj, err := h.cs.Tracker().Get(deploymentsGVR, testNS, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := obj.(*appsv1.Deployment); got.Annotations["keep"] != "me" || *got.Spec.Replicas != 1 {
+		t.Errorf("the patch touched more than the annotation: %+v", got.ObjectMeta)
+	}
+}
+
+func TestStatusAnnotationNeverOnDeploymentsNotOptedIn(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	plain := deployment("plain", nil)
+	delete(plain.Spec.Template.Labels, kube.LabelEnabled)
+	h.create(plain)
+	key := keyOf(plain)
+	h.scaling.known[key] = true // as if it had been opted in before
+	h.scaling.setStatus(key, autoscaler.ServiceStatus{Decided: true, DecisionStatus: autoscaler.DecisionStatus{Scale: 2}})
+	h.c.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 1, To: 2})
+	h.drain()
+	if p := statusPatches(h); len(p) != 0 {
+		t.Errorf("patches %q on a deployment not opted in", p)
+	}
+	if _, ok := statusOf(t, h, "plain"); ok {
+		t.Error("a deployment not opted in has a status annotation")
+	}
+}

@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// PublishLeader makes the autoscaler that holds the lead reachable by the
+// activators: it creates the selector-less Service kube.AutoscalerService
+// in namespace if it is absent (port kube.PortNameHTTP,
+// network.DefaultAutoscalerPort), and creates or updates its one
+// EndpointSlice so that it lists exactly podIP:port, pointing at the pod
+// podName. Calling it again with the same arguments writes nothing.
+func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, port int) error {
+	ip, err := netip.ParseAddr(podIP)
+	switch {
+	case namespace == "":
+		return errors.New("publish leader: no namespace")
+	case podName == "":
+		return errors.New("publish leader: no pod name")
+	case err != nil:
+		return fmt.Errorf("publish leader: pod IP %q is not an IP address", podIP)
+	case port < 1 || port > 65535:
+		return fmt.Errorf("publish leader: port %d is out of range; accepted: 1 to 65535", port)
+	}
+	svc, err := ensureAutoscalerService(ctx, client, namespace)
+	if err != nil {
+		return fmt.Errorf("publish leader: %w", err)
+	}
+	if err := ensureLeaderSlice(ctx, client, svc, podName, ip.Unmap(), int32(port)); err != nil {
+		return fmt.Errorf("publish leader: %w", err)
+	}
+	return nil
+}
+
+// ensureAutoscalerService returns the autoscaler's Service, creating it if
+// it is absent. An existing one is left as it is: deploy/ may have made it.
+func ensureAutoscalerService(ctx context.Context, client kubernetes.Interface, namespace string) (*corev1.Service, error) {
+	services := client.CoreV1().Services(namespace)
+	svc, err := services.Get(ctx, kube.AutoscalerService, metav1.GetOptions{})
+	if err == nil || !apierrors.IsNotFound(err) {
+		if err != nil {
+			err = fmt.Errorf("read Service %s/%s: %w", namespace, kube.AutoscalerService, err)
+		}
+		return svc, err
+	}
+	svc = &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      kube.AutoscalerService,
+			Namespace: namespace,
+			Labels:    map[string]string{kube.LabelManagedBy: kube.ManagedBy},
+		},
+		Spec: corev1.ServiceSpec{
+			// No selector: the leader writes the one endpoint.
+			Ports: []corev1.ServicePort{{
+				Name:       kube.PortNameHTTP,
+				Protocol:   corev1.ProtocolTCP,
+				Port:       network.DefaultAutoscalerPort,
+				TargetPort: intstr.FromString(kube.PortNameHTTP),
+			}},
+		},
+	}
+	created, err := services.Create(ctx, svc, metav1.CreateOptions{FieldManager: fieldManager})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = services.Get(ctx, kube.AutoscalerService, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create Service %s/%s: %w", namespace, kube.AutoscalerService, err)
+	}
+	return created, nil
+}
+
+// ensureLeaderSlice creates or updates the Service's EndpointSlice so it
+// lists exactly the leader.
+func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Service, podName string, ip netip.Addr, port int32) error {
+	addressType := discoveryv1.AddressTypeIPv4
+	if ip.Is6() {
+		addressType = discoveryv1.AddressTypeIPv6
+	}
+	ready := true
+	want := discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      kube.AutoscalerService,
+			Namespace: svc.Namespace,
+			Labels: map[string]string{
+				discoveryv1.LabelServiceName: kube.AutoscalerService,
+				discoveryv1.LabelManagedBy:   kube.EndpointSliceController,
+				kube.LabelManagedBy:          kube.ManagedBy,
+			},
+		},
+		AddressType: addressType,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{ip.String()},
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: svc.Namespace, Name: podName},
+		}},
+		Ports: []discoveryv1.EndpointPort{{
+			Name:     new(kube.PortNameHTTP),
+			Protocol: new(corev1.ProtocolTCP),
+			Port:     &port,
+		}},
+	}
+	if svc.UID != "" {
+		// Deleting the Service deletes its slice.
+		want.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
+	}
+
+	eps := client.DiscoveryV1().EndpointSlices(svc.Namespace)
+	name := svc.Namespace + "/" + kube.AutoscalerService
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := eps.Get(ctx, kube.AutoscalerService, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = eps.Create(ctx, &want, metav1.CreateOptions{FieldManager: fieldManager})
+			if apierrors.IsAlreadyExists(err) {
+				// Made meanwhile: update it on the next attempt.
+				return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), kube.AutoscalerService, err)
+			}
+			if err != nil {
+				return fmt.Errorf("create EndpointSlice %s: %w", name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read EndpointSlice %s: %w", name, err)
+		}
+		if cur.AddressType != want.AddressType {
+			// The address type is immutable: the pod changed IP family.
+			err := eps.Delete(ctx, kube.AutoscalerService, metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: &cur.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete EndpointSlice %s of address type %s: %w", name, cur.AddressType, err)
+			}
+			return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), kube.AutoscalerService,
+				errors.New("recreate with address type "+string(want.AddressType)))
+		}
+		next := cur.DeepCopy()
+		if next.Labels == nil {
+			next.Labels = map[string]string{}
+		}
+		maps.Copy(next.Labels, want.Labels)
+		if want.OwnerReferences != nil {
+			next.OwnerReferences = want.OwnerReferences
+		}
+		next.Endpoints = want.Endpoints
+		next.Ports = want.Ports
+		if equality.Semantic.DeepEqual(cur, next) {
+			return nil
+		}
+		if _, err := eps.Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return fmt.Errorf("update EndpointSlice %s: %w", name, err)
+		}
+		return nil
+	})
+}

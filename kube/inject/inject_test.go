@@ -1,0 +1,228 @@
+package inject
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/autoscaling"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current output")
+
+func testConfig() Config {
+	return Config{Image: "example/queue-proxy:test", Resources: DefaultResources(), Defaults: autoscaling.DefaultDefaults()}
+}
+
+// TestGolden injects each testdata/NAME.yaml Deployment and compares the
+// result, or the error, with testdata/NAME.golden.yaml. Injecting the
+// result again must give it back byte for byte.
+func TestGolden(t *testing.T) {
+	inputs, err := filepath.Glob("testdata/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, in := range inputs {
+		if strings.HasSuffix(in, ".golden.yaml") {
+			continue
+		}
+		n++
+		name := strings.TrimSuffix(filepath.Base(in), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, injected := injectDeployment(t, raw)
+
+			golden := strings.TrimSuffix(in, ".yaml") + ".golden.yaml"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to write it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("injecting %s gave\n%s\nwant (%s)\n%s", in, got, golden, want)
+			}
+			if !injected {
+				return
+			}
+			again, _ := injectDeployment(t, got)
+			if !bytes.Equal(again, got) {
+				t.Errorf("injecting twice differs from once:\n%s\nonce:\n%s", again, got)
+			}
+		})
+	}
+	if n < 10 {
+		t.Fatalf("found %d cases in testdata; want at least 10", n)
+	}
+}
+
+// injectDeployment injects a Deployment in YAML and returns it as YAML, or
+// "error:" and the error's lines, and whether it injected without error.
+func injectDeployment(t *testing.T, raw []byte) ([]byte, bool) {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	before := d.DeepCopy()
+	held := d.Spec.Template // shares the template's maps and slices
+	if err := Template(d.ObjectMeta, &d.Spec.Template, testConfig()); err != nil {
+		// A failed injection leaves the template alone.
+		if !equalYAML(t, before, &d) {
+			t.Errorf("failed injection changed the template")
+		}
+		return []byte("error: |\n  " + strings.ReplaceAll(err.Error(), "\n", "\n  ") + "\n"), false
+	}
+	// The webhook compares the result with the template it was given.
+	if !equalYAML(t, &before.Spec.Template, &held) {
+		t.Errorf("injection changed the maps or slices of the template it was given")
+	}
+	out, err := yaml.Marshal(&d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, true
+}
+
+func equalYAML(t *testing.T, a, b any) bool {
+	t.Helper()
+	ya, err := yaml.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	yb, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.Equal(ya, yb)
+}
+
+func TestBadAnnotationsNameKeyValueAndAccepted(t *testing.T) {
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+	}
+	meta := metav1.ObjectMeta{Annotations: map[string]string{
+		"swell.run/timout":                 "30s",
+		AnnotationTimeout:                  "2h",
+		AnnotationResponseStartTimeout:     "-1s",
+		AnnotationQueueDepth:               "5",
+		AnnotationContainerConcurrency:     "many",
+		"autoscaling.swell.run/min-scale":  "-1",
+		"autoscaling.swell.run/max-scalee": "3",
+		"Swell.run/queue-depth":            "1",
+		"other.example/key":                "ignored",
+		kube.LabelEnabled:                  "true",
+	}}
+	err := Template(meta, &tpl, testConfig())
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{
+		`swell.run/timout: unknown key (value "30s"); accepted: swell.run/container-concurrency, `,
+		"did you mean swell.run/timeout?",
+		`swell.run/timeout: "2h" is out of range; accepted: a duration from 1s to 1h`,
+		`swell.run/response-start-timeout: "-1s" is out of range; accepted: a duration from 0s (none) to the request timeout`,
+		`swell.run/container-concurrency: "many" is not an integer`,
+		`swell.run/queue-depth: "5" has no effect without a concurrency limit`,
+		`autoscaling.swell.run/min-scale: "-1"`,
+		"did you mean autoscaling.swell.run/max-scale?",
+		`Swell.run/queue-depth: unknown key (value "1"); did you mean swell.run/queue-depth?`,
+		"swell.run/enabled: is read from the labels",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error\n%v\ndoes not mention %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "other.example") {
+		t.Errorf("error mentions a key of another domain:\n%v", err)
+	}
+	if _, ok := tpl.Annotations[AnnotationInjected]; ok {
+		t.Error("template injected despite errors")
+	}
+}
+
+func TestTimeoutSetsGracePeriod(t *testing.T) {
+	for _, tt := range []struct {
+		timeout string
+		given   *int64
+		want    int64
+	}{
+		{"", nil, 300 + 5 + 10},
+		{"5s", nil, 30},
+		{"5s", ptr(int64(100)), 100},
+		{"1h", ptr(int64(100)), 3600 + 15},
+	} {
+		tpl := corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+			Spec:       corev1.PodSpec{TerminationGracePeriodSeconds: tt.given, Containers: []corev1.Container{{Name: "app"}}},
+		}
+		meta := metav1.ObjectMeta{Annotations: map[string]string{}}
+		if tt.timeout != "" {
+			meta.Annotations[AnnotationTimeout] = tt.timeout
+		}
+		if err := Template(meta, &tpl, testConfig()); err != nil {
+			t.Fatal(err)
+		}
+		if got := *tpl.Spec.TerminationGracePeriodSeconds; got != tt.want {
+			t.Errorf("timeout %q, grace %v: grace %d; want %d", tt.timeout, tt.given, got, tt.want)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: ContainerName}}},
+	}
+	if err := Template(metav1.ObjectMeta{}, &tpl, Config{}); err == nil || !strings.Contains(err.Error(), "image") {
+		t.Errorf("no image: %v", err)
+	}
+	err := Template(metav1.ObjectMeta{}, &tpl, testConfig())
+	if err == nil || !strings.Contains(err.Error(), "reserved") {
+		t.Errorf("app container named queue-proxy: %v", err)
+	}
+	var ae *autoscaling.Error
+	meta := metav1.ObjectMeta{Annotations: map[string]string{AnnotationContainerConcurrency: "-2"}}
+	if err := Template(meta, &tpl, testConfig()); !errors.As(err, &ae) {
+		t.Errorf("container-concurrency -2: %v; want an *autoscaling.Error", err)
+	}
+}
+
+func TestEnabled(t *testing.T) {
+	for _, tt := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{kube.LabelEnabled: "true"}, true},
+		{map[string]string{kube.LabelEnabled: "True"}, false},
+		{map[string]string{kube.LabelEnabled: "false"}, false},
+		{map[string]string{"other": "true"}, false},
+	} {
+		if got := Enabled(tt.labels); got != tt.want {
+			t.Errorf("Enabled(%v) = %v; want %v", tt.labels, got, tt.want)
+		}
+	}
+	if Enabled(nil) {
+		t.Error("Enabled(nil) = true")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

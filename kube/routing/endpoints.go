@@ -1,0 +1,190 @@
+package routing
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
+)
+
+// maxEndpoints is the most endpoints one EndpointSlice may hold.
+const maxEndpoints = 1000
+
+// The managed-by values of the EndpointSlices Kubernetes writes for a
+// Service: from its selector, and mirrored from its Endpoints object.
+const (
+	sliceController          = "endpointslice-controller.k8s.io"
+	sliceMirroringController = "endpointslicemirroring-controller.k8s.io"
+)
+
+// endpoint is one ready address a route slice lists.
+type endpoint struct {
+	ip        netip.Addr
+	nodeName  *string
+	targetRef *corev1.ObjectReference
+}
+
+// readyEndpoints returns the ready IPv4 endpoints of slices, each address
+// once (the first slice by name that lists it wins), sorted by address.
+func readyEndpoints(ss []*discoveryv1.EndpointSlice) []endpoint {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
+	seen := map[netip.Addr]bool{}
+	var out []endpoint
+	for _, s := range ss {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) || len(e.Addresses) == 0 {
+				continue
+			}
+			ip, err := netip.ParseAddr(e.Addresses[0])
+			if err != nil || !ip.Is4() || seen[ip] {
+				continue
+			}
+			seen[ip] = true
+			out = append(out, endpoint{ip: ip, nodeName: e.NodeName, targetRef: e.TargetRef})
+		}
+	}
+	slices.SortFunc(out, func(a, b endpoint) int { return a.ip.Compare(b.ip) })
+	return out
+}
+
+// slicesOf returns the EndpointSlices of the Service ns/name.
+func (r *Router) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
+	ss, err := r.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+	if err != nil {
+		return nil
+	}
+	return ss
+}
+
+// podEndpoints returns D's ready pods, and whether Kubernetes has written
+// any EndpointSlice for D's pods-Service yet.
+func (r *Router) podEndpoints(key service.Key) ([]endpoint, bool) {
+	ss := r.slicesOf(key.Namespace, kube.PodsServiceName(key.Name))
+	return readyEndpoints(ss), len(ss) > 0
+}
+
+// activator is where the activator is reached.
+type activator struct {
+	endpoints []endpoint
+	port      int32
+}
+
+// activatorEndpoints returns the ready endpoints of the activator's
+// Service on its port kube.PortNameHTTP. Should its slices disagree on
+// that port (a change being rolled out), the port most endpoints have
+// wins, the lowest on a tie.
+func (r *Router) activatorEndpoints() activator {
+	ss := r.slicesOf(r.sysNS, kube.ActivatorService)
+	byPort := map[int32][]*discoveryv1.EndpointSlice{}
+	for _, s := range ss {
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == kube.PortNameHTTP && p.Port != nil {
+				byPort[*p.Port] = append(byPort[*p.Port], s)
+				break
+			}
+		}
+	}
+	var best activator
+	for _, port := range slices.Sorted(maps.Keys(byPort)) {
+		eps := readyEndpoints(byPort[port])
+		if len(eps) > len(best.endpoints) {
+			best = activator{endpoints: eps, port: port}
+		}
+	}
+	for i := range best.endpoints {
+		// The activator's pods live in another namespace than the
+		// routed Service: no reference to them.
+		best.endpoints[i].targetRef = nil
+	}
+	return best
+}
+
+// choice is what a route slice is to list.
+type choice struct {
+	route     string
+	endpoints []endpoint
+	port      int32
+}
+
+// choose applies NEVER EMPTY: the route asked for when it has a ready
+// endpoint, else the other one when that has; ok is false when neither
+// has.
+func choose(want scaler.Route, pods []endpoint, act activator) (choice, bool) {
+	podsRoute := choice{route: kube.RoutePods, endpoints: pods, port: network.DefaultQueueServingPort}
+	actRoute := choice{route: kube.RouteActivator, endpoints: act.endpoints, port: act.port}
+	order := []choice{podsRoute, actRoute}
+	if want == scaler.RouteActivator {
+		order = []choice{actRoute, podsRoute}
+	}
+	for _, c := range order {
+		if len(c.endpoints) > 0 && c.port != 0 {
+			return c, true
+		}
+	}
+	return choice{}, false
+}
+
+// routeSlicesOf returns Swell's route EndpointSlices of the Service ns/name.
+func (r *Router) routeSlicesOf(ns, name string) []*discoveryv1.EndpointSlice {
+	ss, err := r.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{
+		discoveryv1.LabelServiceName: name,
+		discoveryv1.LabelManagedBy:   kube.EndpointSliceController,
+	}))
+	if err != nil {
+		return nil
+	}
+	return ss
+}
+
+// activatorRoutes returns, in every namespace, the route EndpointSlices
+// listing the activator.
+func (r *Router) activatorRoutes() []*discoveryv1.EndpointSlice {
+	ss, err := r.slices.List(labels.SelectorFromSet(labels.Set{
+		discoveryv1.LabelManagedBy: kube.EndpointSliceController,
+		kube.LabelRoute:            kube.RouteActivator,
+	}))
+	if err != nil {
+		return nil
+	}
+	return ss
+}
+
+// routeSlicesFor returns the route EndpointSlices of D's Services.
+func (r *Router) routeSlicesFor(key service.Key) []*discoveryv1.EndpointSlice {
+	ss, err := r.slices.EndpointSlices(key.Namespace).List(labels.SelectorFromSet(labels.Set{
+		discoveryv1.LabelManagedBy: kube.EndpointSliceController,
+		kube.LabelDeployment:       key.Name,
+	}))
+	if err != nil {
+		return nil
+	}
+	return ss
+}
+
+// cachedRoute is the route D's route slices list, as the cache has them:
+// the activator if any lists it; ok is false when D has none.
+func (r *Router) cachedRoute(key service.Key) (route scaler.Route, ok bool) {
+	for _, s := range r.routeSlicesFor(key) {
+		switch s.Labels[kube.LabelRoute] {
+		case kube.RouteActivator:
+			return scaler.RouteActivator, true
+		case kube.RoutePods:
+			route, ok = scaler.RoutePods, true
+		}
+	}
+	return route, ok
+}

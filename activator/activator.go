@@ -25,6 +25,7 @@ import (
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
+	servicekey "github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -204,7 +205,7 @@ func (a *Activator) sync(services []Service) {
 	old := a.table.Load()
 	next := newRouteTable()
 	for _, sv := range services {
-		if err := stats.ValidateServiceKey(sv.Key); err != nil {
+		if err := servicekey.Check(sv.Key); err != nil {
 			a.log.Error("ignoring service", zap.Error(err))
 			continue
 		}

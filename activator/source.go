@@ -17,7 +17,7 @@ type Pod struct {
 
 // Service is one service the activator routes for.
 type Service struct {
-	// Key is "namespace/name" (see stats.ValidateServiceKey). Requests
+	// Key is "namespace/name" (see service.Check). Requests
 	// carrying network.ServiceHeader with this value route here.
 	Key string
 	// Hosts are extra host names routed here besides the cluster-local

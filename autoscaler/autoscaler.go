@@ -391,7 +391,7 @@ func (a *Autoscaler) Poke(key service.Key) {
 
 // pokeName is the activator endpoint's OnPoke.
 func (a *Autoscaler) pokeName(name string) {
-	key, err := service.ParseKey(name)
+	key, err := service.Parse(name)
 	if err != nil {
 		a.log.Debug("poke for a malformed service key", zap.Error(err))
 		return
@@ -640,7 +640,7 @@ func (k sink) Record(samples []collector.Sample) {
 	for i := range samples {
 		s := &samples[i]
 		// ParseKey slices the string; the key is not kept past the call.
-		key, err := service.ParseKey(s.Service)
+		key, err := service.Parse(s.Service)
 		if err != nil {
 			continue
 		}

@@ -202,7 +202,7 @@ func (a *Autoscaler) serveStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	var body any
 	if q := r.URL.Query().Get("service"); q != "" {
-		key, err := service.ParseKey(q)
+		key, err := service.Parse(q)
 		if err != nil {
 			http.Error(w, "status: "+err.Error(), http.StatusBadRequest)
 			return

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	servicekey "github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -187,7 +188,7 @@ func cmpOr[T comparable](v, def T) T {
 // MaxPendingPokes services are already waiting, the poke is dropped (and
 // counted): the activator's next report still shows the held request.
 func (r *Reporter) Poke(service string) {
-	if err := stats.ValidateServiceKey(service); err != nil {
+	if err := servicekey.Check(service); err != nil {
 		// Sent, it would make the autoscaler close the connection.
 		r.metrics.invalid.Inc()
 		r.log.Error("activator reporter: not poking an invalid service key", zap.Error(err))
@@ -504,7 +505,7 @@ func (r *Reporter) buildReport(now time.Time) {
 func (r *Reporter) add(service string, f stats.ActivatorFigures) {
 	// One bad key would make the autoscaler refuse the whole frame and
 	// close the connection, every period: skip it and count it instead.
-	if stats.ValidateServiceKey(service) != nil || !validFigures(f) {
+	if servicekey.Check(service) != nil || !validFigures(f) {
 		r.metrics.invalid.Inc()
 		return
 	}

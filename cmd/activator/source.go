@@ -8,7 +8,7 @@ import (
 	"sync"
 
 	"github.com/swell-run/swell/activator"
-	"github.com/swell-run/swell/pkg/stats"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // servicesFile is the layout of SERVICES_FILE.
@@ -41,7 +41,7 @@ func loadServices(path string) ([]activator.Service, error) {
 	out := make([]activator.Service, 0, len(f.Services))
 	seen := map[string]bool{}
 	for i, s := range f.Services {
-		if err := stats.ValidateServiceKey(s.Key); err != nil {
+		if err := service.Check(s.Key); err != nil {
 			return nil, fmt.Errorf("invalid SERVICES_FILE %q: service %d: %w", path, i, err)
 		}
 		if seen[s.Key] {

@@ -373,7 +373,7 @@ func (c *Controller) deploymentChanged(old, obj any) {
 func (c *Controller) deploymentDeleted(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		// The watch missed the delete; the last state seen may be stale.
-		if key, err := service.ParseKey(t.Key); err == nil && c.tracked(key) {
+		if key, err := service.Parse(t.Key); err == nil && c.tracked(key) {
 			c.enqueue(key)
 			return
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // The activator → autoscaler messages: binary websocket frames the activator
@@ -37,7 +39,7 @@ const (
 	ActivatorReportHeaderSize = 2 + 8 + 8
 	// ActivatorMaxEntrySize bounds the encoded size of one Report entry:
 	// length byte, the longest service key, concurrency and two varints.
-	ActivatorMaxEntrySize = 1 + MaxServiceKeyLen + 8 + 2*binary.MaxVarintLen64
+	ActivatorMaxEntrySize = 1 + service.MaxLen + 8 + 2*binary.MaxVarintLen64
 )
 
 // ActivatorFrameType says what an activator frame carries.
@@ -198,7 +200,7 @@ func decodeActivatorFrame(b []byte, f *ActivatorFrame) error {
 		for off, i := 2, 0; off < len(b); i++ {
 			svc, next, err := lengthPrefixed(b, off)
 			if err == nil {
-				err = validServiceKey(svc)
+				err = service.Check(svc)
 			}
 			if err != nil {
 				return fmt.Errorf("%w: poke entry %d at byte %d: service: %w", ErrMalformed, i, off, err)
@@ -239,7 +241,7 @@ func decodeEntry(b []byte, off int) (ActivatorEntry, int, error) {
 	var e ActivatorEntry
 	svc, off, err := lengthPrefixed(b, off)
 	if err == nil {
-		err = validServiceKey(svc)
+		err = service.Check(svc)
 	}
 	if err != nil {
 		return e, 0, fmt.Errorf("service: %w", err)
@@ -297,23 +299,10 @@ func uvarint(b []byte, off int) (uint64, int, error) {
 
 // Limits of the names in activator frames.
 const (
-	// MaxServiceKeyLen is the longest "namespace/name": two DNS labels.
-	MaxServiceKeyLen = 63 + 1 + 63
 	// MaxActivatorNameLen is the longest activator name: a DNS subdomain,
 	// as a Kubernetes pod name is.
 	MaxActivatorNameLen = 253
 )
-
-// ValidateServiceKey reports whether s is a service key as activator frames
-// carry it: "namespace/name", each an RFC 1123 DNS label (1 to 63 lower-case
-// letters, digits and '-', starting and ending with a letter or digit), as
-// Kubernetes requires of namespaces and service names.
-func ValidateServiceKey(s string) error {
-	if err := validServiceKey(s); err != nil {
-		return fmt.Errorf("service key %q: %w", s, err)
-	}
-	return nil
-}
 
 // ValidateActivatorName reports whether s can name an activator in a Hello:
 // a DNS subdomain of at most 253 characters (lower-case letters, digits, '-'
@@ -321,43 +310,6 @@ func ValidateServiceKey(s string) error {
 func ValidateActivatorName(s string) error {
 	if err := validName(s); err != nil {
 		return fmt.Errorf("activator name %q: %w", s, err)
-	}
-	return nil
-}
-
-func validServiceKey[T ~string | ~[]byte](s T) error {
-	slash := -1
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			if slash >= 0 {
-				return fmt.Errorf("more than one '/' (want namespace/name)")
-			}
-			slash = i
-		}
-	}
-	if slash < 0 {
-		return fmt.Errorf("no '/' (want namespace/name)")
-	}
-	if err := validLabel(s[:slash]); err != nil {
-		return fmt.Errorf("namespace: %w", err)
-	}
-	if err := validLabel(s[slash+1:]); err != nil {
-		return fmt.Errorf("name: %w", err)
-	}
-	return nil
-}
-
-func validLabel[T ~string | ~[]byte](s T) error {
-	if len(s) == 0 || len(s) > 63 {
-		return fmt.Errorf("%d characters, want 1 to 63", len(s))
-	}
-	for i := 0; i < len(s); i++ {
-		if !lowerAlnum(s[i]) && s[i] != '-' {
-			return fmt.Errorf("character %q at %d (want a-z, 0-9, '-')", s[i], i)
-		}
-	}
-	if !lowerAlnum(s[0]) || !lowerAlnum(s[len(s)-1]) {
-		return fmt.Errorf("must start and end with a letter or digit")
 	}
 	return nil
 }

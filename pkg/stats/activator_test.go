@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swell-run/swell/pkg/service"
 )
 
 var actEnd = time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -153,7 +155,7 @@ func TestActivatorMalformed(t *testing.T) {
 		{"entry no in flight", report(entry("a/b", conc(1, 5)...)), "in flight: truncated varint"},
 		{"second entry broken", report(good, entry("a/b", conc(1, 5)...)), "entry 1 at byte 34"},
 		{"poke empty", []byte{1, 3}, "poke names no service"},
-		{"poke bad key", AppendActivatorPoke(nil, "a/b", "nope"), "poke entry 1 at byte 6: service: no '/'"},
+		{"poke bad key", AppendActivatorPoke(nil, "a/b", "nope"), "poke entry 1 at byte 6: service: service key \"nope\": no '/'"},
 		{"poke truncated", append(AppendActivatorPoke(nil, "a/b"), 4, 'c'), "poke entry 1 at byte 6: service: length 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -174,13 +176,13 @@ func TestActivatorMalformed(t *testing.T) {
 
 func TestValidateNames(t *testing.T) {
 	for _, s := range []string{"a/b", "default/hello-world", "0/9", strings.Repeat("a", 63) + "/x"} {
-		if err := ValidateServiceKey(s); err != nil {
-			t.Errorf("ValidateServiceKey(%q) = %v", s, err)
+		if err := service.Check(s); err != nil {
+			t.Errorf("service.Check(%q) = %v", s, err)
 		}
 	}
 	for _, s := range []string{"", "a", "a/", "/b", "a/b/c", "a/-b", "A/b", "a b/c", "a/b.c"} {
-		if err := ValidateServiceKey(s); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) {
-			t.Errorf("ValidateServiceKey(%q) = %v, want an error naming it", s, err)
+		if err := service.Check(s); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", s)) {
+			t.Errorf("service.Check(%q) = %v, want an error naming it", s, err)
 		}
 	}
 	for _, s := range []string{"a", "activator-5d8f7-x2k4q", "act.zone-1", strings.Repeat("a", 253)} {
@@ -255,7 +257,7 @@ func FuzzDecodeActivatorFrame(f *testing.F) {
 		case ActivatorReport:
 			out = AppendActivatorReportHeader(nil, fr.End, fr.Period)
 			for _, e := range fr.Entries {
-				if err := ValidateServiceKey(string(e.Service)); err != nil {
+				if err := service.Check(string(e.Service)); err != nil {
 					t.Fatal(err)
 				}
 				if !(e.Concurrency >= 0) || math.IsInf(e.Concurrency, 0) {
@@ -266,7 +268,7 @@ func FuzzDecodeActivatorFrame(f *testing.F) {
 		case ActivatorPoke:
 			svcs := make([]string, len(fr.Entries))
 			for i, e := range fr.Entries {
-				if err := ValidateServiceKey(string(e.Service)); err != nil {
+				if err := service.Check(string(e.Service)); err != nil {
 					t.Fatal(err)
 				}
 				svcs[i] = string(e.Service)

@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check unit bench clean swell-cluster e2e cluster-up cluster-down
+.PHONY: all build test vet fmt-check staticcheck tidy-check unit bench clean swell-cluster e2e cluster-up cluster-down
 
 all: build
 
@@ -13,8 +13,9 @@ RELEASE_FLAGS ?= -trimpath -ldflags "-s -w"
 build:
 	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
 
-## test: everything that must pass — vet, formatting, race-enabled tests.
-test: vet fmt-check unit
+## test: everything that must pass — vet, formatting, static analysis,
+## tidy modules, race-enabled tests.
+test: vet fmt-check staticcheck tidy-check unit
 
 vet:
 	$(GO) vet ./...
@@ -53,6 +54,18 @@ cluster-up: swell-cluster
 
 cluster-down: swell-cluster
 	$(BIN)/swell-cluster down --name $(CLUSTER)
+
+## staticcheck: static analysis, at the version pinned as a tool in go.mod;
+## staticcheck.conf says which check is off and why.
+## tidy-check: fails when go.mod and go.sum of either module (the main one,
+## hack/cluster) are not what `go mod tidy` would make them.
+
+staticcheck:
+	$(GO) tool staticcheck ./...
+
+tidy-check:
+	$(GO) mod tidy -diff
+	cd hack/cluster && $(GO) mod tidy -diff
 
 clean:
 	rm -rf $(BIN)

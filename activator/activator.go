@@ -1,18 +1,18 @@
 // Package activator holds requests for services that have no pod, or too
 // little spare capacity, until a pod can take them, and proxies them there.
 //
-// The chain, top to bottom: routing (Host or the Swell-Service header → a
-// service) → the service's throttler (a breaker whose capacity follows the
-// probed, routable pods; FIFO, bounded queue and wait) → capacity-aware load
-// balancing over the routable pods → a reverse proxy to the pod's
-// queue-proxy, retried on another pod when one refuses the connection.
-// docs/activator.md describes the behaviour.
+// The request path is a chain of small handlers, assembled in chain.go:
+// routing (Host or the Swell-Service header → a service) → accounting (the
+// autoscaler's figures and Prometheus') → cold start (poke the autoscaler)
+// → retry on another pod → the service's throttler (a breaker whose
+// capacity follows the probed, routable pods; FIFO, bounded queue and wait)
+// → capacity-aware load balancing over the routable pods → a reverse proxy
+// to the pod's queue-proxy. docs/activator.md describes the behaviour.
 package activator
 
 import (
 	"context"
 	"fmt"
-	"iter"
 	"net/http"
 	"net/http/httputil"
 	"sync"
@@ -25,7 +25,7 @@ import (
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
-	servicekey "github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -58,11 +58,12 @@ type Config struct {
 	ProbeInterval, ProbeFastWindow, ProbeSlowInterval time.Duration
 	// ProbeTimeout bounds one probe; DialTimeout one connection to a pod.
 	ProbeTimeout, DialTimeout time.Duration
-	// Poke, if set, is called with the service key whenever a request
+	// Poke, if set, is called with the service's key, in its text form
+	// (service.Key.String(), made once per service), whenever a request
 	// arrives for a service with no routable pod. It runs on the request
 	// path and must not block (a non-blocking channel send); the caller
 	// coalesces repeated pokes.
-	Poke func(service string)
+	Poke func(key string)
 	// Registerer receives the Prometheus metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Clock is the time source; the real clock if nil.
@@ -80,15 +81,12 @@ type Activator struct {
 	metrics     *metrics
 	proxy       *httputil.ReverseProxy
 	probeClient *http.Client
+	handler     http.Handler // the chain (chain.go)
+	hooks       hooks
 
 	table atomic.Pointer[routeTable]
 	// tableChanged is closed and replaced on each table publish.
 	tableChanged atomic.Pointer[chan struct{}]
-
-	// Test hooks, nil in production: a request is about to queue; a
-	// request finished with the status recorded.
-	onQueued func(service string)
-	onDone   func(service string, code int)
 
 	// synced is closed once Run has applied the Source's services.
 	synced chan struct{}
@@ -153,16 +151,22 @@ func New(cfg Config) (*Activator, error) {
 	a.table.Store(newRouteTable())
 	ch := make(chan struct{})
 	a.tableChanged.Store(&ch)
+	a.handler = a.buildHandler()
 	return a, nil
 }
 
-// ServeHTTP routes r to its service, or answers 404.
+// hooks are test hooks, nil in production. The stages hold a pointer to
+// the Activator's, so that a test sets them after New.
+type hooks struct {
+	// queued is called when a request is about to wait in the throttler.
+	queued func(key service.Key)
+	// done is called when a request is done, with the status recorded.
+	done func(key service.Key, code int)
+}
+
+// ServeHTTP routes r to its service and serves it, or answers 404.
 func (a *Activator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s := a.table.Load().lookup(r); s != nil {
-		s.ServeHTTP(w, r)
-		return
-	}
-	notFound(w, r)
+	a.handler.ServeHTTP(w, r)
 }
 
 // Run follows the Source until ctx ends, then stops all probing and
@@ -205,34 +209,36 @@ func (a *Activator) sync(services []Service) {
 	old := a.table.Load()
 	next := newRouteTable()
 	for _, sv := range services {
-		if err := servicekey.Check(sv.Key); err != nil {
+		// A key made by service.Parse or service.New is valid; one a Source
+		// built by hand may not be, and would route and report nonsense.
+		if _, err := service.New(sv.Key.Namespace, sv.Key.Name); err != nil {
 			a.log.Error("ignoring service", zap.Error(err))
 			continue
 		}
 		if next.byKey[sv.Key] != nil {
-			a.log.Error("ignoring duplicate service", zap.String("service", sv.Key))
+			a.log.Error("ignoring duplicate service", zap.Stringer("service", sv.Key))
 			continue
 		}
-		s := old.byKey[sv.Key]
-		if s == nil {
-			s = a.newService(sv.Key)
+		t := old.byKey[sv.Key]
+		if t == nil {
+			t = a.newTarget(sv.Key)
 		}
-		s.update(sv)
-		next.byKey[sv.Key] = s
+		t.update(sv)
+		next.byKey[sv.Key] = t
 		names := append(clusterLocalNames(sv.Key, a.cfg.ClusterDomain), sv.Hosts...)
 		for _, h := range names {
 			h = normalizeHost(h)
-			if other := next.byHost[h]; other != nil && other != s {
+			if other := next.byHost[h]; other != nil && other != t {
 				a.log.Error("host claimed by two services; keeping the first",
-					zap.String("host", h), zap.String("service", sv.Key), zap.String("first", other.key))
+					zap.String("host", h), zap.String("service", t.name), zap.String("first", other.name))
 				continue
 			}
-			next.byHost[h] = s
+			next.byHost[h] = t
 		}
 	}
-	for key, s := range old.byKey {
+	for key, t := range old.byKey {
 		if next.byKey[key] == nil {
-			s.close()
+			t.close()
 		}
 	}
 	a.table.Store(next)
@@ -240,50 +246,40 @@ func (a *Activator) sync(services []Service) {
 	close(*a.tableChanged.Swap(&ch))
 }
 
-// Trackers yields each service's key and its stats.Tracker, for the reporter
-// to call Report on each period. Requests are tracked from the moment they
-// enter the throttler (time queued counts) with proxied=false.
-func (a *Activator) Trackers() iter.Seq2[string, *stats.Tracker] {
-	return func(yield func(string, *stats.Tracker) bool) {
-		for key, s := range a.table.Load().byKey {
-			if !yield(key, s.tracker) {
-				return
-			}
-		}
-	}
-}
-
 // Report gives the autoscaler's reporter (activator/reporter's Source) each
 // service's figures for the period ending at now, and starts the next
-// period. Idle services are left out: the reporter itself sends one zero
-// entry for a service whose load ended.
-func (a *Activator) Report(now time.Time, emit func(service string, f stats.ActivatorFigures)) {
-	for key, t := range a.Trackers() {
-		rep := t.Report(now)
-		in := t.InFlight()
+// period. Requests are counted from their arrival (time queued counts) with
+// proxied=false (accounting.go). Idle services are left out: the reporter
+// itself sends one zero entry for a service whose load ended. The key is in
+// its text form, the wire's, made once per service so that a report
+// allocates nothing.
+func (a *Activator) Report(now time.Time, emit func(key string, f stats.ActivatorFigures)) {
+	for _, t := range a.table.Load().byKey {
+		rep := t.tracker.Report(now)
+		in := t.tracker.InFlight()
 		if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {
 			continue
 		}
-		emit(key, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
+		emit(t.name, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
 	}
 }
 
 // Queued returns how many of the service's requests wait for a pod now, and
 // whether the activator knows the service.
-func (a *Activator) Queued(service string) (int, bool) {
-	s := a.table.Load().byKey[service]
-	if s == nil {
+func (a *Activator) Queued(key service.Key) (int, bool) {
+	t := a.table.Load().byKey[key]
+	if t == nil {
 		return 0, false
 	}
-	return s.br.Waiting(), true
+	return t.br.Waiting(), true
 }
 
 // Routable returns how many pods of the service may take traffic now, and
 // whether the activator knows the service.
-func (a *Activator) Routable(service string) (int, bool) {
-	s := a.table.Load().byKey[service]
-	if s == nil {
+func (a *Activator) Routable(key service.Key) (int, bool) {
+	t := a.table.Load().byKey[key]
+	if t == nil {
 		return 0, false
 	}
-	return s.routableCount(), true
+	return t.routableCount(), true
 }

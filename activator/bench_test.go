@@ -24,9 +24,9 @@ func BenchmarkActivatorChain(b *testing.B) {
 	for _, cc := range []int{0, 1, 10} {
 		b.Run(map[int]string{0: "cc=0", 1: "cc=1", 10: "cc=10"}[cc], func(b *testing.B) {
 			pod := benchPod(b)
-			src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: cc, Pods: []Pod{pod.pod()}})
+			src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: cc, Pods: []Pod{pod.pod()}})
 			e := newEnv(b, src, func(c *Config) { c.Clock = clock.RealClock{} }, nil)
-			e.waitRoutable(b, "default/hello", 1)
+			e.waitRoutable(b, helloKey, 1)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				req, _ := http.NewRequest(http.MethodGet, "http://hello.default/", nil)

@@ -167,13 +167,13 @@ func BenchmarkMemChain(b *testing.B) {
 func benchMemChain(b *testing.B, cc int, parallel bool) {
 	pod := newFakePod(b, "p1", true)
 	rt := &memTransport{wantHost: pod.addr(), wantProxy: true}
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: cc, Pods: []Pod{pod.pod()}})
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: cc, Pods: []Pod{pod.pod()}})
 	e := newEnv(b, src,
 		func(c *Config) { c.Clock = clock.RealClock{} },
 		// Before Run starts: swap only the data path's transport; probes
 		// still go to the fake pod over loopback.
 		func(a *Activator) { a.proxy.Transport = rt })
-	e.waitRoutable(b, "default/hello", 1)
+	e.waitRoutable(b, helloKey, 1)
 	runMem(b, e.a, "hello.default", parallel)
 	rt.verify(b)
 	if got := pod.requests.Load(); got != 0 {

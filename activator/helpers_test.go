@@ -2,6 +2,7 @@ package activator
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,10 +16,23 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // testTimeout bounds every wait in these tests; reaching it is a failure.
 const testTimeout = 10 * time.Second
+
+// helloKey is the service most tests route to.
+var helloKey = service.Key{Namespace: "default", Name: "hello"}
+
+// mustKey is the key a test writes as text.
+func mustKey(s string) service.Key {
+	k, err := service.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
 
 // fakePod imitates a queue-proxy on loopback: it answers probes (ready or
 // not), and records the traffic it receives and its peak concurrency.
@@ -118,14 +132,14 @@ func newEnv(t testing.TB, src *MemorySource, mod func(*Config), hooks func(*Acti
 	return e
 }
 
-// waitRoutable waits until service has n routable pods.
-func (e *testEnv) waitRoutable(t testing.TB, service string, n int) {
+// waitRoutable waits until the service has n routable pods.
+func (e *testEnv) waitRoutable(t testing.TB, key service.Key, n int) {
 	t.Helper()
 	deadline := time.After(testTimeout)
 	for {
 		tch := *e.a.tableChanged.Load()
 		var sch chan struct{}
-		if s := e.a.table.Load().byKey[service]; s != nil {
+		if s := e.a.table.Load().byKey[key]; s != nil {
 			sch = *s.changed.Load()
 			if s.routableCount() == n {
 				return
@@ -135,8 +149,8 @@ func (e *testEnv) waitRoutable(t testing.TB, service string, n int) {
 		case <-tch:
 		case <-sch:
 		case <-deadline:
-			got, _ := e.a.Routable(service)
-			t.Fatalf("%s: %d routable pods after %v, want %d", service, got, testTimeout, n)
+			got, _ := e.a.Routable(key)
+			t.Fatalf("%s: %d routable pods after %v, want %d", key, got, testTimeout, n)
 		}
 	}
 }
@@ -217,3 +231,68 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 		panic("unreachable")
 	}
 }
+
+// stageEnv is one service of an activator that is not running, for
+// testing a stage alone: no pod is probed or reached, and the stage under
+// test is served as the router would serve it, with the request's
+// exchange.
+type stageEnv struct {
+	a   *Activator
+	t   *target
+	clk *clocktesting.FakeClock
+	reg *prometheus.Registry
+}
+
+// newStageEnv returns helloKey's service with containerConcurrency cc and
+// n routable pods, p0, p1, … in name order. mod may adjust the Config.
+func newStageEnv(t *testing.T, cc, n int, mod func(*Config)) *stageEnv {
+	t.Helper()
+	s := &stageEnv{clk: clocktesting.NewFakeClock(time.Unix(1e9, 0)), reg: prometheus.NewRegistry()}
+	cfg := Config{Source: NewMemorySource(), Registerer: s.reg, Clock: s.clk}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod dropped by a stage is probed again; no pod here is real, so
+	// those probes end at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a.base.Store(&ctx)
+	t.Cleanup(a.probers.Wait)
+	s.a, s.t = a, a.newTarget(helloKey)
+	s.t.cc.Store(int64(cc))
+	s.t.mu.Lock()
+	for i := range n {
+		p := &pod{name: fmt.Sprintf("p%d", i), addr: fmt.Sprintf("127.0.0.1:%d", 1+i), routable: true}
+		s.t.pods[p.name] = p
+	}
+	s.t.publishLocked()
+	s.t.mu.Unlock()
+	return s
+}
+
+// exchange returns a recorder and the exchange of a GET for the service,
+// with the request to pass to a stage.
+func (s *stageEnv) exchange(t *testing.T, ctx context.Context) (*httptest.ResponseRecorder, *exchange, *http.Request) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://hello.default/", nil)
+	e, out := newExchange(rec, req, s.t)
+	t.Cleanup(e.finish)
+	return rec, e, out
+}
+
+// serve sends a GET for the service through h and returns the answer and
+// the request's exchange.
+func (s *stageEnv) serve(t *testing.T, h http.Handler) (*httptest.ResponseRecorder, *exchange) {
+	t.Helper()
+	rec, e, r := s.exchange(t, context.Background())
+	h.ServeHTTP(e, r)
+	return rec, e
+}
+
+// routablePods returns the service's routable pods, in name order.
+func (s *stageEnv) routablePods() []*pod { return *s.t.routable.Load() }

@@ -2,8 +2,45 @@ package activator
 
 import (
 	"math/rand/v2"
+	"net/http"
 	"sync/atomic"
+
+	"k8s.io/utils/clock"
 )
+
+// balance sends the request on to a routable pod with a free slot, chosen
+// by the service's policy (below), and holds the slot until the proxy is
+// done. Finding none, it leaves noPod set for retry to wait for a change of
+// pods. The first pod found ends the request's wait for one, which the
+// queue-wait (and, for a cold start, the cold-start) histogram observes.
+type balance struct {
+	next    http.Handler
+	clk     clock.PassiveClock
+	metrics *metrics
+}
+
+func (h *balance) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e := exchangeOf(r)
+	t := e.t
+	// Taken before the pick, so that a change after it wakes retry.
+	e.podsChanged = *t.changed.Load()
+	p := t.pick()
+	if p == nil {
+		e.noPod = true
+		return
+	}
+	defer p.inflight.Add(-1)
+	if !e.admitted {
+		e.admitted = true
+		waited := h.clk.Since(e.arrived).Seconds()
+		h.metrics.queueWait.Observe(waited)
+		if e.cold {
+			h.metrics.coldStart.Observe(waited)
+		}
+	}
+	e.pod = p
+	h.next.ServeHTTP(w, r)
+}
 
 // pod is the activator's state for one pod of a service.
 type pod struct {
@@ -26,6 +63,19 @@ type pod struct {
 // Larger cc: round robin over pods with a free slot spreads the load.
 // cc 0 (unbounded): power of two random choices, the less loaded wins —
 // no scan of every pod, yet close to least-loaded.
+
+// pick chooses a routable pod with a free slot and reserves it.
+func (t *target) pick() *pod {
+	pods := *t.routable.Load()
+	switch cc := t.cc.Load(); {
+	case cc == 0:
+		return pickTwoChoices(pods)
+	case cc <= 3:
+		return pickFirst(pods, cc)
+	default:
+		return pickRoundRobin(pods, cc, &t.rr)
+	}
+}
 
 // reserve takes a slot on p if it has fewer than cc requests in flight.
 func reserve(p *pod, cc int64) bool {

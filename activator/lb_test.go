@@ -1,8 +1,10 @@
 package activator
 
 import (
+	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/swell-run/swell/pkg/breaker"
 )
@@ -98,7 +100,7 @@ func TestCapacity(t *testing.T) {
 
 // TestServicePolicyByConcurrency: the service picks the policy from cc.
 func TestServicePolicyByConcurrency(t *testing.T) {
-	s := &service{}
+	s := &target{}
 	pods := testPods(0, 0, 0)
 	s.routable.Store(&pods)
 	s.cc.Store(3) // first available
@@ -110,5 +112,61 @@ func TestServicePolicyByConcurrency(t *testing.T) {
 	s.cc.Store(4) // round robin
 	if got := names(s.pick(), s.pick(), s.pick(), s.pick()); got != "bcab" && got != "abca" && got != "cabc" {
 		t.Errorf("cc 4: %s, want a rotation", got)
+	}
+}
+
+// TestBalance: an admitted request goes on holding a slot on a pod, given
+// back once done; the first pod found ends its wait, observed once however
+// many attempts it takes, and as a cold start only if it arrived cold.
+func TestBalance(t *testing.T) {
+	for _, cold := range []bool{false, true} {
+		s := newStageEnv(t, 1, 1, nil)
+		p := s.routablePods()[0]
+		h := &balance{clk: s.clk, metrics: s.a.metrics, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if e := exchangeOf(r); e.pod != p {
+				t.Errorf("sent to %v, want %s", e.pod, p.name)
+			}
+			if n := p.inflight.Load(); n != 1 {
+				t.Errorf("%d in flight at the pod while the request is there, want 1", n)
+			}
+		})}
+		rec, e, r := s.exchange(t, t.Context())
+		e.arrived, e.cold = s.clk.Now(), cold
+		s.clk.Step(time.Second)
+		h.ServeHTTP(e, r)
+		h.ServeHTTP(e, r) // a retry
+		if rec.Code != http.StatusOK || e.noPod {
+			t.Errorf("answered %d, noPod %v; want it sent to the pod", rec.Code, e.noPod)
+		}
+		if n := p.inflight.Load(); n != 0 {
+			t.Errorf("%d in flight at the pod once done, want 0", n)
+		}
+		if n := metric(t, s.reg, "swell_activator_queue_wait_seconds", nil); n != 1 {
+			t.Errorf("%v queue waits observed, want 1", n)
+		}
+		want := 0.0
+		if cold {
+			want = 1
+		}
+		if n := metric(t, s.reg, "swell_activator_cold_start_seconds", nil); n != want {
+			t.Errorf("cold %v: %v cold starts observed, want %v", cold, n, want)
+		}
+	}
+}
+
+// TestBalanceNoFreeSlot: with every pod's slots taken the request does not
+// go on; it notes so, with the signal of the next change of pods.
+func TestBalanceNoFreeSlot(t *testing.T) {
+	s := newStageEnv(t, 1, 1, nil)
+	s.routablePods()[0].inflight.Store(1)
+	h := &balance{clk: s.clk, metrics: s.a.metrics, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("sent on with no free slot")
+	})}
+	_, e := s.serve(t, h)
+	if !e.noPod || e.pod != nil || e.podsChanged != *s.t.changed.Load() {
+		t.Errorf("noPod %v, pod %v, signal current %v; want true, none, true", e.noPod, e.pod, e.podsChanged == *s.t.changed.Load())
+	}
+	if n := metric(t, s.reg, "swell_activator_queue_wait_seconds", nil); n != 0 {
+		t.Errorf("%v queue waits observed without a pod, want 0", n)
 	}
 }

@@ -15,23 +15,23 @@ import (
 // it, and every interval of delay is added to a cold start), then every
 // ProbeSlowInterval, until ctx ends (the pod left the source or the
 // activator stops).
-func (a *Activator) probeUntilReady(ctx context.Context, s *service, p *pod) {
+func (a *Activator) probeUntilReady(ctx context.Context, t *target, p *pod) {
 	start := a.clk.Now()
 	for {
 		if a.probe(ctx, p.addr) {
-			s.markRoutable(p)
+			t.markRoutable(p)
 			return
 		}
 		d := a.cfg.ProbeInterval
 		if a.clk.Since(start) >= a.cfg.ProbeFastWindow {
 			d = a.cfg.ProbeSlowInterval
 		}
-		t := a.clk.NewTimer(d)
+		timer := a.clk.NewTimer(d)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			timer.Stop()
 			return
-		case <-t.C():
+		case <-timer.C():
 		}
 	}
 }

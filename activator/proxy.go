@@ -25,10 +25,12 @@ const (
 	upstreamIdleTimeout = 30 * time.Second
 )
 
-// newProxy returns the reverse proxy to pods. The pod of each request is
-// read from its exchange (handler.go). HTTP/1 requests go over HTTP/1.1 (so
-// upgrades such as websockets work); HTTP/2 requests over cleartext HTTP/2
-// with prior knowledge, so gRPC streams and trailers pass end to end.
+// newProxy returns the reverse proxy to pods, the chain's last stage. It
+// reads the pod of each request from its exchange (exchange.go), where
+// balance put it, and notes there a failure that retry can mend. HTTP/1
+// requests go over HTTP/1.1 (so upgrades such as websockets work); HTTP/2
+// requests over cleartext HTTP/2 with prior knowledge, so gRPC streams and
+// trailers pass end to end.
 func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy {
 	transport := proxy.NewTransport(proxy.TransportOptions{
 		DialTimeout:         dialTimeout,
@@ -56,14 +58,14 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 		ModifyResponse: func(res *http.Response) error {
 			// Remembered for responses that bypass WriteHeader (101
 			// Switching Protocols goes out on the hijacked connection).
-			exchangeOf(res.Request).upstream = res.StatusCode
+			exchangeOf(res.Request).upstream = int32(res.StatusCode)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			e := exchangeOf(r)
 			if isDialError(err) && e.retryable() {
-				// Nothing reached the pod nor the client: the handler
-				// drops the pod and retries elsewhere.
+				// Nothing reached the pod nor the client: retry drops
+				// the pod and tries another.
 				e.dialFailed = true
 				return
 			}

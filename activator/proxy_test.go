@@ -2,26 +2,24 @@ package activator
 
 import (
 	"bufio"
-	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/gorilla/websocket"
-	"golang.org/x/net/http2"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // newServing returns an env with one routable pod for default/hello.
 func newServing(t *testing.T, pod *fakePod) *testEnv {
 	t.Helper()
-	src := NewMemorySource(Service{Key: "default/hello", Pods: []Pod{pod.pod()}})
+	src := NewMemorySource(Service{Key: helloKey, Pods: []Pod{pod.pod()}})
 	e := newEnv(t, src, nil, nil)
-	e.waitRoutable(t, "default/hello", 1)
+	e.waitRoutable(t, helloKey, 1)
 	return e
 }
 
@@ -93,9 +91,9 @@ func TestProxyWebsocket(t *testing.T) {
 		}
 	}
 	finished := make(chan int, 1)
-	src := NewMemorySource(Service{Key: "default/hello", Pods: []Pod{pod.pod()}})
-	e := newEnv(t, src, nil, func(a *Activator) { a.onDone = func(_ string, code int) { finished <- code } })
-	e.waitRoutable(t, "default/hello", 1)
+	src := NewMemorySource(Service{Key: helloKey, Pods: []Pod{pod.pod()}})
+	e := newEnv(t, src, nil, func(a *Activator) { a.hooks.done = func(_ service.Key, code int) { finished <- code } })
+	e.waitRoutable(t, helloKey, 1)
 
 	hdr := http.Header{network.ServiceHeader: {"default/hello"}}
 	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws", hdr)
@@ -132,7 +130,7 @@ func TestProxyH2C(t *testing.T) {
 		io.WriteString(w, r.Proto)
 		w.Header().Set("Grpc-Status", "0")
 	}
-	src := NewMemorySource(Service{Key: "default/hello", Pods: []Pod{pod.pod()}})
+	src := NewMemorySource(Service{Key: helloKey, Pods: []Pod{pod.pod()}})
 	e := newEnv(t, src, nil, nil)
 	// The activator itself must accept h2c.
 	e.srv.Close()
@@ -141,14 +139,12 @@ func TestProxyH2C(t *testing.T) {
 	e.srv.Config.Protocols.SetHTTP1(true)
 	e.srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	e.srv.Start() // closed by newEnv's cleanup
-	e.waitRoutable(t, "default/hello", 1)
+	e.waitRoutable(t, helloKey, 1)
 
-	client := &http.Client{Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLS: func(network, addr string, _ *tls.Config) (net.Conn, error) {
-			return net.Dial(network, addr)
-		},
-	}}
+	// A client that speaks only cleartext HTTP/2 (prior knowledge).
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: tr}
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader("x"))
 	req.Host = "hello.default"
 	res, err := client.Do(req)

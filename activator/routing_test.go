@@ -1,9 +1,14 @@
 package activator
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/swell-run/swell/pkg/service"
 
 	"github.com/swell-run/swell/pkg/network"
 )
@@ -29,12 +34,12 @@ func TestRouting(t *testing.T) {
 	hello := newFakePod(t, "hello-pod", true)
 	other := newFakePod(t, "other-pod", true)
 	src := NewMemorySource(
-		Service{Key: "default/hello", Hosts: []string{"hello.example.com"}, ContainerConcurrency: 10, Pods: []Pod{hello.pod()}},
-		Service{Key: "team/other", Pods: []Pod{other.pod()}},
+		Service{Key: helloKey, Hosts: []string{"hello.example.com"}, ContainerConcurrency: 10, Pods: []Pod{hello.pod()}},
+		Service{Key: mustKey("team/other"), Pods: []Pod{other.pod()}},
 	)
 	e := newEnv(t, src, func(c *Config) { c.ClusterDomain = "corp.internal" }, nil)
-	e.waitRoutable(t, "default/hello", 1)
-	e.waitRoutable(t, "team/other", 1)
+	e.waitRoutable(t, helloKey, 1)
+	e.waitRoutable(t, mustKey("team/other"), 1)
 
 	for _, tc := range []struct {
 		host, header string
@@ -78,7 +83,7 @@ func TestRouting(t *testing.T) {
 	}
 
 	// Removing a service removes its routes.
-	src.Remove("team/other")
+	src.Remove(mustKey("team/other"))
 	e.waitTableWithout(t, "team/other")
 	if res, _ := e.get(t, "other.team", nil); res.StatusCode != http.StatusNotFound {
 		t.Errorf("removed service: status %d, want 404", res.StatusCode)
@@ -87,9 +92,13 @@ func TestRouting(t *testing.T) {
 
 func (e *testEnv) waitTableWithout(t *testing.T, key string) {
 	t.Helper()
+	k, err := service.Parse(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		ch := *e.a.tableChanged.Load()
-		if _, ok := e.a.Routable(key); !ok {
+		if _, ok := e.a.Routable(k); !ok {
 			return
 		}
 		recv(t, ch, "table change")
@@ -97,7 +106,7 @@ func (e *testEnv) waitTableWithout(t *testing.T, key string) {
 }
 
 func TestLookupAllocatesNothing(t *testing.T) {
-	src := NewMemorySource(Service{Key: "default/hello"})
+	src := NewMemorySource(Service{Key: helloKey})
 	a, err := New(Config{Source: src})
 	if err != nil {
 		t.Fatal(err)
@@ -108,11 +117,67 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	byHeader, _ := http.NewRequest("GET", "http://x/", nil)
 	byHeader.Header.Set(network.ServiceHeader, "default/hello")
 	for _, r := range []*http.Request{byHost, byHeader} {
-		if tab.lookup(r) == nil {
-			t.Fatalf("no route for %s %v", r.Host, r.Header)
+		if got, err := tab.lookup(r); got == nil || err != nil {
+			t.Fatalf("no route for %s %v: %v", r.Host, r.Header, err)
 		}
 		if n := testing.AllocsPerRun(100, func() { tab.lookup(r) }); n != 0 {
 			t.Errorf("lookup %s: %v allocations, want 0", r.Host, n)
 		}
+	}
+}
+
+// TestRouter: a routed request reaches the next stage carrying its
+// exchange, which is also the writer it answers through; a request for no
+// service, or with a header that is not a key, is answered 404 here.
+func TestRouter(t *testing.T) {
+	s := newStageEnv(t, 1, 1, nil)
+	tab := newRouteTable()
+	tab.byKey[helloKey] = s.t
+	tab.byHost["hello.default"] = s.t
+	var table atomic.Pointer[routeTable]
+	table.Store(tab)
+	var got *exchange
+	h := &router{table: &table, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = exchangeOf(r)
+		if w != got {
+			t.Errorf("next writes to %T, want the exchange", w)
+		}
+		io.Copy(io.Discard, r.Body)
+	})}
+
+	for _, tc := range []struct {
+		name, host, header string
+		body               string
+		want               string // 404 body, "" for routed
+	}{
+		{name: "host", host: "Hello.Default:8080"},
+		{name: "header", host: "elsewhere", header: "default/hello", body: "payload"},
+		{name: "unknown host", host: "nowhere", want: `no service for host "nowhere"`},
+		{name: "unknown key", host: "hello.default", header: "default/nope", want: `no service "default/nope"`},
+		{name: "not a key", host: "hello.default", header: "Default/Hello", want: `service key "Default/Hello"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got = nil
+			req := httptest.NewRequest(http.MethodPost, "http://"+tc.host+"/", strings.NewReader(tc.body))
+			if tc.header != "" {
+				req.Header.Set(network.ServiceHeader, tc.header)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if tc.want != "" {
+				if got != nil || rec.Code != http.StatusNotFound || rec.Header().Get(network.ReasonHeader) != network.ReasonUnknownService ||
+					!strings.Contains(rec.Body.String(), tc.want) {
+					t.Errorf("got %d %s=%q %q (routed: %v), want 404 %s naming %s", rec.Code, network.ReasonHeader,
+						rec.Header().Get(network.ReasonHeader), rec.Body, got != nil, network.ReasonUnknownService, tc.want)
+				}
+				return
+			}
+			if got == nil || got.t != s.t {
+				t.Fatalf("exchange %+v, want one for %s", got, helloKey)
+			}
+			if got.hasBody != (tc.body != "") || got.body.read.Load() != (tc.body != "") {
+				t.Errorf("body tracked %v, read %v; want %v", got.hasBody, got.body.read.Load(), tc.body != "")
+			}
+		})
 	}
 }

@@ -1,8 +1,10 @@
 package activator
 
 import (
-	"sort"
+	"slices"
 	"sync"
+
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Pod is one replica of a service as the activator reaches it: through its
@@ -17,9 +19,10 @@ type Pod struct {
 
 // Service is one service the activator routes for.
 type Service struct {
-	// Key is "namespace/name" (see service.Check). Requests
-	// carrying network.ServiceHeader with this value route here.
-	Key string
+	// Key names the service; service.Parse or service.New makes it.
+	// Requests carrying network.ServiceHeader with its text form
+	// (Key.String()) route here.
+	Key service.Key
 	// Hosts are extra host names routed here besides the cluster-local
 	// ones derived from Key.
 	Hosts []string
@@ -46,13 +49,13 @@ type Source interface {
 // concurrent use.
 type MemorySource struct {
 	mu       sync.Mutex
-	services map[string]Service
+	services map[service.Key]Service
 	changed  chan struct{}
 }
 
 // NewMemorySource returns a MemorySource holding services.
 func NewMemorySource(services ...Service) *MemorySource {
-	m := &MemorySource{services: map[string]Service{}, changed: make(chan struct{}, 1)}
+	m := &MemorySource{services: map[service.Key]Service{}, changed: make(chan struct{}, 1)}
 	for _, s := range services {
 		m.services[s.Key] = s
 	}
@@ -68,14 +71,14 @@ func (m *MemorySource) Set(s Service) {
 }
 
 // Remove deletes the service with the given key, if present.
-func (m *MemorySource) Remove(key string) {
+func (m *MemorySource) Remove(key service.Key) {
 	m.mu.Lock()
 	delete(m.services, key)
 	m.mu.Unlock()
 	m.notify()
 }
 
-// Services implements Source, sorted by key.
+// Services implements Source, sorted by namespace, then name.
 func (m *MemorySource) Services() []Service {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -83,7 +86,9 @@ func (m *MemorySource) Services() []Service {
 	for _, s := range m.services {
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	slices.SortFunc(out, func(a, b Service) int {
+		return a.Key.Compare(b.Key)
+	})
 	return out
 }
 

@@ -1,14 +1,17 @@
-// Package autoscaler is the autoscaler's loop: it ties stats collection
-// (autoscaler/collector), the decision core (autoscaler/engine) and the
-// executor that applies decisions (autoscaler/scaler) together on a clock,
-// ticking every service's decision and deciding at once for a service whose
-// request is waiting at the activator. docs/autoscaler.md describes it.
+// Package autoscaler is the autoscaler's loop: it owns the one record of
+// every service and, on one goroutine, ties stats collection
+// (autoscaler/collector), each service's decision core (autoscaler/engine)
+// and the executor that applies decisions (autoscaler/scaler, by the rules
+// of autoscaler/plan) together on a clock, ticking every service's
+// decision and deciding at once for a service whose request is waiting at
+// the activator. docs/autoscaler.md describes it.
 package autoscaler
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,7 +43,7 @@ const (
 	collectInterval = time.Second
 )
 
-// Config configures an Autoscaler. Backend is required.
+// Config configures an Autoscaler. Backend and Clock are required.
 type Config struct {
 	// TickInterval is how often every service is decided (default
 	// DefaultTickInterval, at least MinTickInterval). A service's windows
@@ -55,12 +58,12 @@ type Config struct {
 	// cache: it is called for every service on every tick.
 	Backend scaler.Backend
 	// Scaler configures the executor between the decisions and Backend.
-	// Its Clock and Logger are the Autoscaler's.
-	Scaler scaler.Options
+	// Its Backend, Clock and Logger are the Autoscaler's.
+	Scaler scaler.Config
 
-	// Collector configures stats collection. Sink, Activators, Clock,
-	// Logger and Registerer are the Autoscaler's; Pods, when nil, are the
-	// pods given to SetPods.
+	// Collector configures stats collection. Activators, Clock, Logger and
+	// Registerer are the Autoscaler's; the pods it scrapes are those given
+	// to SetPods.
 	Collector collector.Config
 	// Endpoint configures the websocket endpoint activators report to.
 	// Without Tokens there is none, and the autoscaler sees nothing the
@@ -75,6 +78,12 @@ type Config struct {
 	// Registerer, if set, gets the autoscaler's metrics, the collector's
 	// and the activator endpoint's.
 	Registerer prometheus.Registerer
+
+	// Clock drives the loop, the windows and the executor's timers.
+	Clock clock.WithTickerAndDelayedExecution
+	// Logger receives the loop's, the collector's and the executor's logs
+	// (default: none).
+	Logger *zap.Logger
 
 	// OnNotable, if set, is called with every decision that changes a
 	// service's scale or panic mode, as it is made, on the loop goroutine:
@@ -104,64 +113,86 @@ type Notable struct {
 // Backends add services with Upsert (and their ready pods with SetPods) and
 // drop them with Remove, at any time, from any goroutine; Run does the
 // rest until its context ends.
+//
+// One goroutine, Run's, owns the set of services and everything each
+// service's decisions depend on: it applies the changes the other methods
+// queue, hands each collection round its targets and records what comes
+// back, and decides. Nothing of a service's decision core is shared, so it
+// needs no lock; readers of Status take the registry's read lock and each
+// service's display lock.
 type Autoscaler struct {
 	tick      time.Duration
 	history   int
 	clock     clock.WithTickerAndDelayedExecution
 	log       *zap.Logger
 	backend   scaler.Backend
-	engine    *engine.Engine
 	exec      *scaler.Executor
 	collector *collector.Collector
 	acts      *collector.Activators
 	endpoint  *collector.ActivatorEndpoint // nil without tokens
 	metrics   *metrics
-
-	// mu guards the set of services; each service has its own lock.
-	mu       sync.RWMutex
-	services map[service.Key]*svc
-	byName   map[string]*svc
-
-	// Pokes wait in pokes (deduplicated by poked) until the loop takes
-	// them; pokeC wakes the loop and never blocks a sender.
-	pokeMu sync.Mutex
-	pokes  []service.Key
-	poked  map[service.Key]struct{}
-	pokeC  chan struct{}
-
-	running   atomic.Bool
 	onNotable func(Notable)
 
-	// Owned by the loop goroutine (Run): the context of backend reads, the
-	// time of the decision in progress, and the service whose inputs were
-	// just built (Tick calls out for the service it just called inputs
-	// for, which saves a lookup).
-	ctx        context.Context
-	now        time.Time
-	poking     bool
-	cur        *svc
-	curIn      engine.Inputs
-	curCurrent int
-	inputsFn   func(service.Key) engine.Inputs
-	outFn      func(service.Key, decider.Decision)
+	// mu guards the registry for readers on other goroutines; only the
+	// loop changes it, under mu, and reads it without.
+	mu       sync.RWMutex
+	services map[service.Key]*svc
+	list     []*svc // the same services, for iteration in a stable order
 
-	// Test hooks, set before Run: called after each collection round,
-	// tick and poke, and once the loop's tickers exist.
-	afterRound func(time.Time)
-	afterTick  func(time.Time)
-	afterPoke  func(service.Key)
-	onStart    func()
+	// inbox holds the changes and pokes other goroutines asked for, in
+	// order, until the loop applies them; wake tells the loop, and never
+	// blocks a sender.
+	inMu   sync.Mutex
+	inbox  []change
+	pokes  []service.Key
+	poked  map[service.Key]struct{}
+	wake   chan struct{}
+	taken  []change // the loop's copy of the inbox, reused
+	pokesC []service.Key
+
+	running atomic.Bool
+
+	// Owned by the loop: the context of backend reads, and scratch reused
+	// every round and tick.
+	ctx     context.Context
+	targets []collector.Target
+	decided []decision
 }
 
-// svc is the loop's record of one service.
+// changeKind says what a change does.
+type changeKind uint8
+
+const (
+	changeUpsert changeKind = iota + 1
+	changePods
+	changeRemove
+)
+
+// change is one queued Upsert, SetPods or Remove.
+type change struct {
+	kind changeKind
+	key  service.Key
+	spec autoscaling.Spec
+	pods []string
+}
+
+// svc is the loop's record of one service: the one place its state lives.
 type svc struct {
 	key  service.Key
 	name string // key.String(), made once
 
+	// Owned by the loop.
+	core   *engine.Service
+	target *scaler.Target
+	pods   []string // replaced, never changed in place: a round reads it
+	m      serviceMetrics
+
+	// mu guards what Status shows; the loop writes it, readers copy it.
 	mu      sync.Mutex
-	removed bool
 	spec    autoscaling.Spec
-	pods    []string
+	npods   int
+	sample  engine.Sample
+	sampled bool
 	// The latest decision and what it saw.
 	last    entry
 	decided bool
@@ -169,8 +200,6 @@ type svc struct {
 	// one goes, n how many it holds.
 	history []entry
 	next, n int
-
-	m serviceMetrics
 }
 
 // entry is one kept decision with its inputs.
@@ -181,6 +210,13 @@ type entry struct {
 	current int
 }
 
+// decision is one decision of a tick or a poke, before it is recorded and
+// handed to the executor.
+type decision struct {
+	s *svc
+	entry
+}
+
 // The triggers of a decision.
 const (
 	triggerTick = "tick"
@@ -188,12 +224,13 @@ const (
 )
 
 // New returns an Autoscaler, or an error saying which setting is wrong.
-func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (*Autoscaler, error) {
+func New(cfg Config) (*Autoscaler, error) {
 	if cfg.Backend == nil {
 		return nil, errors.New("autoscaler: Config.Backend is required")
 	}
+	clk, log := cfg.Clock, cfg.Logger
 	if clk == nil {
-		return nil, errors.New("autoscaler: a clock is required")
+		return nil, errors.New("autoscaler: Config.Clock is required")
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -208,20 +245,17 @@ func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (
 		cfg.History = DefaultHistory
 	}
 	a := &Autoscaler{
-		tick:     cfg.TickInterval,
-		history:  cfg.History,
-		clock:    clk,
-		log:      log,
-		backend:  cfg.Backend,
-		engine:   engine.New(),
-		services: make(map[service.Key]*svc),
-		byName:   make(map[string]*svc),
-		poked:    make(map[service.Key]struct{}),
-		pokeC:    make(chan struct{}, 1),
-		ctx:      context.Background(),
+		tick:      cfg.TickInterval,
+		history:   cfg.History,
+		clock:     clk,
+		log:       log,
+		backend:   cfg.Backend,
+		onNotable: cfg.OnNotable,
+		services:  make(map[service.Key]*svc),
+		poked:     make(map[service.Key]struct{}),
+		wake:      make(chan struct{}, 1),
+		ctx:       context.Background(),
 	}
-	a.inputsFn, a.outFn = a.inputs, a.out
-	a.onNotable = cfg.OnNotable
 
 	var err error
 	if a.metrics, err = newMetrics(cfg.Registerer); err != nil {
@@ -230,14 +264,10 @@ func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (
 
 	a.acts = collector.NewActivators(clk, cfg.ActivatorStaleAfter)
 	cc := cfg.Collector
-	cc.Sink = sink{a}
 	cc.Activators = a.acts
 	cc.Clock = clk
 	cc.Logger = log
 	cc.Registerer = cfg.Registerer
-	if cc.Pods == nil {
-		cc.Pods = podLister{a}
-	}
 	if a.collector, err = collector.New(cc); err != nil {
 		return nil, fmt.Errorf("autoscaler: %w", err)
 	}
@@ -254,14 +284,18 @@ func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (
 	}
 
 	so := cfg.Scaler
+	so.Backend = cfg.Backend
 	so.Clock = clk
 	so.Logger = log
-	a.exec = scaler.New(cfg.Backend, so)
+	if a.exec, err = scaler.New(so); err != nil {
+		return nil, fmt.Errorf("autoscaler: %w", err)
+	}
 	return a, nil
 }
 
 // Upsert adds a service or updates its spec; an update keeps the
-// service's history where it still applies (engine.Engine.Upsert).
+// service's history where it still applies (engine.Service.SetSpec). It
+// never blocks: the loop applies it before its next round, tick or poke.
 //
 // A new service starts from what the backend reports, so that an
 // autoscaler restart changes nothing by itself: with ready pods it holds
@@ -270,126 +304,61 @@ func New(cfg Config, clk clock.WithTickerAndDelayedExecution, log *zap.Logger) (
 // asked for but none ready yet (or unknown to the backend) it is taken as
 // new and held at its initial scale until that many pods have been ready.
 func (a *Autoscaler) Upsert(key service.Key, spec autoscaling.Spec) {
-	a.mu.Lock()
-	if a.updateLocked(key, spec) {
-		a.mu.Unlock()
-		return
-	}
-	a.mu.Unlock()
-
-	// Status reads the backend's cache; Upsert is called outside Run.
-	st, err := a.backend.Status(context.Background(), key)
-	s := &svc{key: key, name: key.String(), spec: spec, history: make([]entry, a.history)}
-	a.mu.Lock()
-	if a.updateLocked(key, spec) {
-		// Added meanwhile.
-		a.mu.Unlock()
-		return
-	}
-	// The engine and the set change together, under a.mu.
-	now := a.clock.Now()
-	how := "new"
-	switch {
-	case err != nil:
-		a.engine.Upsert(key, spec, now, 0)
-	case st.Desired == 0:
-		// Pods still terminating after a scale to zero do not count.
-		how = "resumed at zero"
-		a.engine.Resume(key, spec, now, 0)
-	case st.Ready > 0:
-		how = "resumed"
-		a.engine.Resume(key, spec, now, st.Desired)
-	default:
-		a.engine.Upsert(key, spec, now, 0)
-	}
-	s.m = a.metrics.forService(key)
-	a.services[key] = s
-	a.byName[s.name] = s
-	a.metrics.services.Set(float64(len(a.services)))
-	a.mu.Unlock()
-	a.log.Info("service added", zap.Stringer("service", key), zap.String("as", how),
-		zap.String("class", string(spec.Class)), zap.String("metric", string(spec.Metric)),
-		zap.Int("ready", st.Ready), zap.Int("replicas", st.Desired), zap.Error(err))
-}
-
-// updateLocked updates a known service's spec and reports whether it
-// knew it. a.mu is held: the engine and the set change together.
-func (a *Autoscaler) updateLocked(key service.Key, spec autoscaling.Spec) bool {
-	s := a.services[key]
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	s.spec = spec
-	s.mu.Unlock()
-	a.engine.Upsert(key, spec, a.clock.Now(), 0)
-	return true
+	a.send(change{kind: changeUpsert, key: key, spec: spec})
 }
 
 // SetPods sets the addresses ("host:port" of the queue-proxy's metrics
-// port) of a service's ready pods, which the collector scrapes. It reports
-// false for a service not added with Upsert. It is unused when
-// Config.Collector.Pods is set.
-func (a *Autoscaler) SetPods(key service.Key, addrs []string) bool {
-	s := a.lookup(key)
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pods = append(s.pods[:0], addrs...)
-	return !s.removed
+// port) of a service's ready pods, which the collector scrapes. addrs is
+// copied. A service not added with Upsert is ignored.
+func (a *Autoscaler) SetPods(key service.Key, addrs []string) {
+	a.send(change{kind: changePods, key: key, pods: slices.Clone(addrs)})
 }
 
 // Remove forgets a service: it is no longer collected, decided or scaled.
 // What the backend runs for it is left as it is.
 func (a *Autoscaler) Remove(key service.Key) {
-	a.mu.Lock()
-	s := a.services[key]
-	if s == nil {
-		a.mu.Unlock()
-		return
-	}
-	delete(a.services, key)
-	delete(a.byName, s.name)
-	// Under a.mu, as in Upsert: the engine and the set change together.
-	a.engine.Remove(key)
-	a.metrics.services.Set(float64(len(a.services)))
-	a.mu.Unlock()
+	a.send(change{kind: changeRemove, key: key})
+}
 
-	// After this no decision for the service reaches the executor (out
-	// checks the flag under the same lock), so Forget is the last word.
-	s.mu.Lock()
-	s.removed = true
-	s.mu.Unlock()
-	a.exec.Forget(key)
-	a.metrics.remove(key)
-	a.log.Info("service removed", zap.Stringer("service", key))
+func (a *Autoscaler) send(c change) {
+	a.inMu.Lock()
+	a.inbox = append(a.inbox, c)
+	a.inMu.Unlock()
+	a.signal()
+}
+
+func (a *Autoscaler) signal() {
+	select {
+	case a.wake <- struct{}{}:
+	default: // the loop is already woken
+	}
 }
 
 // Resync asks the executor to look at a service again without a new
 // decision. A backend that watches its services calls it when one changes
 // (a pod became ready, a route switch took effect).
-func (a *Autoscaler) Resync(key service.Key) { a.exec.Resync(key) }
+func (a *Autoscaler) Resync(key service.Key) {
+	if s := a.lookup(key); s != nil {
+		a.exec.Resync(s.target)
+	}
+}
 
 // Poke decides for a service at once, out of the tick, and hands the
 // decision to the executor: a request is waiting for it at the activator.
 // It never blocks; the decision is made by Run's loop. The activator
 // endpoint pokes on every Poke frame.
 func (a *Autoscaler) Poke(key service.Key) {
-	a.pokeMu.Lock()
+	a.inMu.Lock()
 	if _, dup := a.poked[key]; !dup {
 		a.poked[key] = struct{}{}
 		a.pokes = append(a.pokes, key)
 	}
-	a.pokeMu.Unlock()
-	select {
-	case a.pokeC <- struct{}{}:
-	default: // the loop is already woken
-	}
+	a.inMu.Unlock()
+	a.signal()
 }
 
-// pokeName is the activator endpoint's OnPoke.
+// pokeName is the activator endpoint's OnPoke: where a service's name
+// enters from the wire, and is parsed.
 func (a *Autoscaler) pokeName(name string) {
 	key, err := service.Parse(name)
 	if err != nil {
@@ -399,11 +368,20 @@ func (a *Autoscaler) pokeName(name string) {
 	a.Poke(key)
 }
 
+func (a *Autoscaler) lookup(key service.Key) *svc {
+	a.mu.RLock()
+	s := a.services[key]
+	a.mu.RUnlock()
+	return s
+}
+
 // Run runs the loop until ctx ends: a collection round every second (at
 // the half second, so a round never straddles the second it collects),
 // a decision for every service every tick, and a decision at once for
-// every poke. It starts and stops the executor and closes the activator
-// endpoint's connections when it returns. Run may be called once.
+// every poke. Rounds scrape on a goroutine of their own and hand their
+// samples back to the loop. Run starts and stops the executor and closes
+// the activator endpoint's connections when it returns. Run may be called
+// once.
 func (a *Autoscaler) Run(ctx context.Context) error {
 	if !a.running.CompareAndSwap(false, true) {
 		return errors.New("autoscaler: Run called more than once")
@@ -415,157 +393,253 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		defer a.endpoint.Close()
 	}
 
-	ticker := a.clock.NewTicker(a.tick)
-	defer ticker.Stop()
-	collectStarted := make(chan struct{})
+	// The collection rounds' goroutine: it does the I/O, the loop the rest.
+	type roundReq struct {
+		t       time.Time
+		targets []collector.Target
+	}
+	reqs := make(chan roundReq)
+	results := make(chan []collector.Sample, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { a.collect(ctx, collectStarted) })
-	select {
-	case <-collectStarted:
-	case <-ctx.Done():
-		return nil
-	}
-	if a.onStart != nil {
-		a.onStart()
-	}
+	defer close(reqs)
+	wg.Go(func() {
+		for r := range reqs {
+			results <- a.collector.Round(ctx, r.t, r.targets)
+		}
+	})
+	busy := false
+
+	ticker := a.clock.NewTicker(a.tick)
+	defer ticker.Stop()
+	now := a.clock.Now()
+	first := a.clock.NewTimer((collectInterval*3/2 - now.Sub(now.Truncate(collectInterval))) % collectInterval)
+	defer first.Stop()
+	var collectC <-chan time.Time = first.C()
+	var collectTicker clock.Ticker
+	defer func() {
+		if collectTicker != nil {
+			collectTicker.Stop()
+		}
+	}()
 	a.log.Info("autoscaler running", zap.Duration("tick", a.tick))
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-ticker.C():
-			a.tickAll()
-		case <-a.pokeC:
+		case t := <-collectC:
+			if collectTicker == nil {
+				collectTicker = a.clock.NewTicker(collectInterval)
+				collectC = collectTicker.C()
+			}
+			if busy {
+				// The previous round still scrapes: this second is lost
+				// rather than queued behind it.
+				a.metrics.roundsBusy.Inc()
+				continue
+			}
+			a.apply()
+			busy = true
+			reqs <- roundReq{t, a.roundTargets()}
+		case samples := <-results:
+			busy = false
+			a.record(samples)
+		case t := <-ticker.C():
+			a.out(a.tickAll(t))
+		case <-a.wake:
+			a.apply()
 			a.handlePokes()
 		}
 	}
 }
 
-// collect runs collection rounds from the next half second on, once a
-// second. It closes started once its first timer or ticker exists.
-func (a *Autoscaler) collect(ctx context.Context, started chan<- struct{}) {
+// apply makes the changes queued since the last call. It runs on the
+// loop.
+func (a *Autoscaler) apply() {
+	a.inMu.Lock()
+	a.taken, a.inbox = a.inbox, a.taken[:0]
+	a.inMu.Unlock()
+	for i := range a.taken {
+		c := &a.taken[i]
+		switch c.kind {
+		case changeUpsert:
+			a.upsert(c.key, c.spec)
+		case changePods:
+			if s := a.services[c.key]; s != nil {
+				s.pods = c.pods
+				s.mu.Lock()
+				s.npods = len(c.pods)
+				s.mu.Unlock()
+			}
+		case changeRemove:
+			a.remove(c.key)
+		}
+		*c = change{} // drop the references
+	}
+}
+
+func (a *Autoscaler) upsert(key service.Key, spec autoscaling.Spec) {
+	if s := a.services[key]; s != nil {
+		s.core.SetSpec(spec)
+		s.mu.Lock()
+		s.spec = spec
+		s.mu.Unlock()
+		return
+	}
+	// Status reads the backend's cache.
+	st, err := a.backend.Status(a.ctx, key)
 	now := a.clock.Now()
-	wait := (collectInterval*3/2 - now.Sub(now.Truncate(collectInterval))) % collectInterval
-	if wait > 0 {
-		t := a.clock.NewTimer(wait)
-		close(started)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case now = <-t.C():
-		}
+	how := "new"
+	var core *engine.Service
+	switch {
+	case err != nil:
+		core = engine.New(spec, now, 0)
+	case st.Desired == 0:
+		// Pods still terminating after a scale to zero do not count.
+		how = "resumed at zero"
+		core = engine.Resume(spec, now, 0)
+	case st.Ready > 0:
+		how = "resumed"
+		core = engine.Resume(spec, now, st.Desired)
+	default:
+		core = engine.New(spec, now, 0)
 	}
-	ticker := a.clock.NewTicker(collectInterval)
-	defer ticker.Stop()
-	if wait > 0 {
-		a.round(ctx, now)
-	} else {
-		close(started)
+	s := &svc{
+		key:     key,
+		name:    key.String(),
+		core:    core,
+		target:  scaler.NewTarget(key),
+		m:       a.metrics.forService(key),
+		spec:    spec,
+		history: make([]entry, a.history),
 	}
-	a.collectLoop(ctx, ticker)
+	a.mu.Lock()
+	a.services[key] = s
+	a.list = append(a.list, s)
+	a.mu.Unlock()
+	a.metrics.services.Set(float64(len(a.list)))
+	a.log.Info("service added", zap.Stringer("service", key), zap.String("as", how),
+		zap.String("class", string(spec.Class)), zap.String("metric", string(spec.Metric)),
+		zap.Int("ready", st.Ready), zap.Int("replicas", st.Desired), zap.Error(err))
 }
 
-func (a *Autoscaler) collectLoop(ctx context.Context, ticker clock.Ticker) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case t := <-ticker.C():
-			a.round(ctx, t)
-		}
+func (a *Autoscaler) remove(key service.Key) {
+	s := a.services[key]
+	if s == nil {
+		return
 	}
+	a.mu.Lock()
+	delete(a.services, key)
+	i := slices.Index(a.list, s)
+	last := len(a.list) - 1
+	a.list[i] = a.list[last]
+	a.list[last] = nil
+	a.list = a.list[:last]
+	a.mu.Unlock()
+	// The executor drops it; no decision for it is made after this, so
+	// Forget is the last word.
+	a.exec.Forget(s.target)
+	a.metrics.remove(key)
+	a.metrics.services.Set(float64(len(a.list)))
+	a.log.Info("service removed", zap.Stringer("service", key))
 }
 
+// roundTargets returns every service's collection target. The slice is
+// the loop's, reused from round to round; the round reads it until its
+// samples come back.
+func (a *Autoscaler) roundTargets() []collector.Target {
+	a.targets = a.targets[:0]
+	for _, s := range a.list {
+		a.targets = append(a.targets, collector.Target{Key: s.key, Name: s.name, Pods: s.pods})
+	}
+	return a.targets
+}
+
+// round runs one collection round in the calling goroutine, the loop's:
+// tests and benchmarks step the loop with it.
 func (a *Autoscaler) round(ctx context.Context, t time.Time) {
-	a.collector.Round(ctx, t)
-	if a.afterRound != nil {
-		a.afterRound(t)
+	a.apply()
+	a.record(a.collector.Round(ctx, t, a.roundTargets()))
+}
+
+// record records a round's samples into their services' cores.
+func (a *Autoscaler) record(samples []collector.Sample) {
+	for i := range samples {
+		sm := &samples[i]
+		s := a.services[sm.Service]
+		if s == nil {
+			continue // removed while the round scraped
+		}
+		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS})
+		last, _ := s.core.LastSample()
+		s.mu.Lock()
+		s.sample, s.sampled = last, true
+		s.mu.Unlock()
 	}
 }
 
-// tickAll decides for every service.
-func (a *Autoscaler) tickAll() {
+// tickAll decides for every service and returns the decisions, to be
+// handed to out. The slice is the loop's, reused.
+func (a *Autoscaler) tickAll(now time.Time) []decision {
 	start := a.clock.Now()
-	a.now, a.poking = start, false
-	a.engine.Tick(a.inputsFn, a.outFn)
-	a.cur = nil
-	a.metrics.tickDuration.Observe(a.clock.Since(start).Seconds())
-	if a.afterTick != nil {
-		a.afterTick(start)
+	a.apply()
+	a.decided = a.decided[:0]
+	for _, s := range a.list {
+		a.decided = append(a.decided, a.decide(s, now, false))
 	}
+	a.metrics.tickDuration.Observe(a.clock.Since(start).Seconds())
+	return a.decided
 }
 
 // handlePokes decides for every service poked since the last call.
 func (a *Autoscaler) handlePokes() {
-	a.pokeMu.Lock()
-	keys := a.pokes
-	a.pokes = nil
+	a.inMu.Lock()
+	a.pokesC, a.pokes = a.pokes, a.pokesC[:0]
 	clear(a.poked)
-	a.pokeMu.Unlock()
-	for _, key := range keys {
-		a.now, a.poking = a.clock.Now(), true
-		in := a.inputs(key)
-		if a.cur == nil {
+	a.inMu.Unlock()
+	for _, key := range a.pokesC {
+		s := a.services[key]
+		if s == nil {
 			a.log.Debug("poke for an unknown service", zap.Stringer("service", key))
-		} else if d, ok := a.engine.Decide(key, in); ok {
-			a.out(key, d)
+			continue
 		}
-		a.cur = nil
-		if a.afterPoke != nil {
-			a.afterPoke(key)
-		}
+		a.decided = append(a.decided[:0], a.decide(s, a.clock.Now(), true))
+		a.out(a.decided)
 	}
 }
 
-func (a *Autoscaler) lookup(key service.Key) *svc {
-	a.mu.RLock()
-	s := a.services[key]
-	a.mu.RUnlock()
-	return s
-}
-
-// inputs builds a decision's inputs from the backend's status and the
-// activators' pending requests. It runs on the loop goroutine.
-func (a *Autoscaler) inputs(key service.Key) engine.Inputs {
-	in := engine.Inputs{Now: a.now, Poked: a.poking}
-	s := a.lookup(key)
-	a.cur = s
-	if s == nil {
-		return in
-	}
-	st, err := a.backend.Status(a.ctx, key)
+// decide makes one decision for s from its core and the inputs of now: the
+// backend's status and the activators' pending requests.
+func (a *Autoscaler) decide(s *svc, now time.Time, poked bool) decision {
+	in := engine.Inputs{Now: now, Poked: poked}
+	st, err := a.backend.Status(a.ctx, s.key)
 	if err != nil {
 		// Unknown to the backend (not created yet, or deleted): decide on
 		// no pods and no activator, which never scales to zero.
 		if ce := a.log.Check(zapcore.DebugLevel, "status"); ce != nil {
-			ce.Write(zap.Stringer("service", key), zap.Error(err))
+			ce.Write(zap.Stringer("service", s.key), zap.Error(err))
 		}
 	}
 	in.Ready = st.Ready
 	// In effect and staying so, as the executor reads it.
 	in.ActivatorInPath = st.ActivatorInPath()
 	in.ActivatorPending = a.collector.ActivatorPending(s.name)
-	a.curIn, a.curCurrent = in, st.Desired
-	return in
+	return decision{s: s, entry: entry{d: s.core.Decide(in), in: in, current: st.Desired}}
 }
 
-// out records a decision, logs it if it changes the scale, and hands it to
-// the executor. It runs on the loop goroutine.
-func (a *Autoscaler) out(key service.Key, d decider.Decision) {
-	s := a.cur
-	if s == nil || s.key != key {
-		return
+// out records decisions, logs those that change a scale and hands them to
+// the executor. It runs on the loop.
+func (a *Autoscaler) out(ds []decision) {
+	for i := range ds {
+		a.outOne(ds[i].s, ds[i].entry)
+		ds[i].s = nil
 	}
-	e := entry{d: d, in: a.curIn, current: a.curCurrent}
+}
 
+func (a *Autoscaler) outOne(s *svc, e entry) {
+	d := e.d
 	s.mu.Lock()
-	if s.removed {
-		s.mu.Unlock()
-		return
-	}
 	prev, first := s.last.d, !s.decided
 	from := prev.Scale
 	if first {
@@ -580,13 +654,11 @@ func (a *Autoscaler) out(key service.Key, d decider.Decision) {
 	}
 	s.last, s.decided = e, true
 	metric, perPod := s.spec.Metric, s.spec.TargetPerPod()
-	// Under s.mu: Remove sets removed under it before the executor forgets
-	// the service, so no decision outlives the service there.
-	a.exec.Update(key, d)
 	s.mu.Unlock()
+	a.exec.Update(s.target, d)
 
 	if a.onNotable != nil && (scaleChanged || panicChanged) {
-		a.onNotable(Notable{Service: key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
+		a.onNotable(Notable{Service: s.key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
 			PanicChanged: panicChanged, Metric: metric, TargetPerPod: perPod})
 	}
 
@@ -631,44 +703,4 @@ func (e *entry) trigger() string {
 		return triggerPoke
 	}
 	return triggerTick
-}
-
-// sink is the collector's Sink: it records each round's samples.
-type sink struct{ a *Autoscaler }
-
-func (k sink) Record(samples []collector.Sample) {
-	for i := range samples {
-		s := &samples[i]
-		// ParseKey slices the string; the key is not kept past the call.
-		key, err := service.Parse(s.Service)
-		if err != nil {
-			continue
-		}
-		k.a.engine.Record(key, engine.Sample{Time: s.Time, Concurrency: s.Concurrency, RPS: s.RPS})
-	}
-}
-
-// podLister is the collector's PodLister over the services given to Upsert
-// and their pods given to SetPods.
-type podLister struct{ a *Autoscaler }
-
-func (p podLister) Services(dst []string) []string {
-	p.a.mu.RLock()
-	defer p.a.mu.RUnlock()
-	for name := range p.a.byName {
-		dst = append(dst, name)
-	}
-	return dst
-}
-
-func (p podLister) ReadyPods(name string, dst []string) ([]string, error) {
-	p.a.mu.RLock()
-	s := p.a.byName[name]
-	p.a.mu.RUnlock()
-	if s == nil {
-		return dst, fmt.Errorf("ready pods of %s: service removed", name)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append(dst, s.pods...), nil
 }

@@ -20,7 +20,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/scaler/scalertest"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
@@ -39,39 +41,38 @@ const wait = 10 * time.Second
 
 func key(name string) service.Key { return service.Key{Namespace: "default", Name: name} }
 
-// notifyingBackend is the scaler's FakeBackend that reports each applied
+// notifyingBackend is the scaler's test backend that reports each applied
 // write on a channel, so a test can wait for the executor without polling.
 type notifyingBackend struct {
-	*scaler.FakeBackend
-	writes chan scaler.Call
+	*scalertest.Backend
+	writes chan scalertest.Call
 }
 
 func (b *notifyingBackend) SetScale(ctx context.Context, svc service.Key, n int) error {
-	err := b.FakeBackend.SetScale(ctx, svc, n)
-	b.writes <- scaler.Call{Op: scaler.OpSetScale, Service: svc, Replicas: n, Err: err}
+	err := b.Backend.SetScale(ctx, svc, n)
+	b.writes <- scalertest.Call{Op: scalertest.OpSetScale, Service: svc, Replicas: n, Err: err}
 	return err
 }
 
-func (b *notifyingBackend) SetRoute(ctx context.Context, svc service.Key, r scaler.Route) error {
-	err := b.FakeBackend.SetRoute(ctx, svc, r)
-	b.writes <- scaler.Call{Op: scaler.OpSetRoute, Service: svc, Route: r, Err: err}
+func (b *notifyingBackend) SetRoute(ctx context.Context, svc service.Key, r plan.Route) error {
+	err := b.Backend.SetRoute(ctx, svc, r)
+	b.writes <- scalertest.Call{Op: scalertest.OpSetRoute, Service: svc, Route: r, Err: err}
 	return err
 }
 
-// harness runs an Autoscaler on a fake clock against the fake backend, with
-// its handler on a loopback server.
+// harness steps an Autoscaler's loop on a fake clock, from the test's
+// goroutine, against the fake backend, with its handler on a loopback
+// server. Its executor runs (its workers are the one concurrency a step
+// leaves); Run runs only for tests that start it.
 type harness struct {
-	t      *testing.T
-	clk    *testingclock.FakeClock
-	be     *notifyingBackend
-	a      *Autoscaler
-	url    string
-	reg    *prometheus.Registry
-	logs   *observer.ObservedLogs
-	rounds chan time.Time
-	ticks  chan time.Time
-	pokes  chan service.Key
-	steps  int
+	t     *testing.T
+	clk   *testingclock.FakeClock
+	be    *notifyingBackend
+	a     *Autoscaler
+	url   string
+	reg   *prometheus.Registry
+	logs  *observer.ObservedLogs
+	steps int
 	// notables receives Config.OnNotable's calls.
 	notables chan Notable
 }
@@ -81,11 +82,8 @@ func newHarness(t *testing.T) *harness {
 	h := &harness{
 		t:        t,
 		clk:      testingclock.NewFakeClock(t0),
-		be:       &notifyingBackend{FakeBackend: scaler.NewFakeBackend(), writes: make(chan scaler.Call, 1000)},
+		be:       &notifyingBackend{Backend: scalertest.NewBackend(), writes: make(chan scalertest.Call, 1000)},
 		reg:      prometheus.NewRegistry(),
-		rounds:   make(chan time.Time, 100),
-		ticks:    make(chan time.Time, 100),
-		pokes:    make(chan service.Key, 100),
 		notables: make(chan Notable, 1000),
 	}
 	h.be.SetReadyFollowsDesired(true)
@@ -95,7 +93,7 @@ func newHarness(t *testing.T) *harness {
 		Backend: h.be,
 		// No route polls: the fake backend confirms routes at once, and a
 		// poll would make backend calls the tests do not wait for.
-		Scaler: scaler.Options{Workers: 2, RoutePoll: time.Hour},
+		Scaler: scaler.Config{Workers: 2, Rules: plan.Rules{RoutePoll: time.Hour}},
 		Collector: collector.Config{
 			// Real sockets under the race detector on a busy machine:
 			// generous real-time bounds, and every pod scraped.
@@ -106,25 +104,25 @@ func newHarness(t *testing.T) *harness {
 		Endpoint:   collector.EndpointConfig{Tokens: []string{testToken}},
 		Registerer: h.reg,
 		OnNotable:  func(n Notable) { h.notables <- n },
-	}, h.clk, zap.New(core))
+		Clock:      h.clk,
+		Logger:     zap.New(core),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.a = a
-	a.afterRound = func(t time.Time) { h.rounds <- t }
-	a.afterTick = func(t time.Time) { h.ticks <- t }
-	a.afterPoke = func(k service.Key) { h.pokes <- k }
+	a.exec.Start()
+	t.Cleanup(a.exec.Stop)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
 	h.url = srv.URL
 	return h
 }
 
-// start runs the loop until the test ends.
+// start runs the loop until the test ends; the test then steps nothing
+// itself.
 func (h *harness) start() {
 	h.t.Helper()
-	started := make(chan struct{})
-	h.a.onStart = func() { close(started) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.a.Run(ctx) }()
@@ -147,13 +145,6 @@ func (h *harness) start() {
 			}
 		}
 	})
-	select {
-	case <-started:
-	case err := <-done:
-		h.t.Fatalf("Run returned early: %v", err)
-	case <-time.After(wait):
-		h.t.Fatal("Run did not start")
-	}
 }
 
 func recv[T any](t *testing.T, c <-chan T, what string) T {
@@ -167,15 +158,15 @@ func recv[T any](t *testing.T, c <-chan T, what string) T {
 	}
 }
 
-// step advances the clock one second and waits for that second's
-// collection round and, every other second, the decision tick.
+// step advances the clock one second and runs that second's collection
+// round and, every other second, the decision tick, as Run would.
 func (h *harness) step() {
 	h.t.Helper()
 	h.clk.Step(time.Second)
 	h.steps++
-	recv(h.t, h.rounds, "collection round")
+	h.a.round(context.Background(), h.clk.Now())
 	if h.steps%2 == 0 {
-		recv(h.t, h.ticks, "tick")
+		h.a.out(h.a.tickAll(h.clk.Now()))
 	}
 }
 
@@ -257,7 +248,7 @@ func (h *harness) gauge(name string, k service.Key) (float64, bool) {
 
 func TestNewValidates(t *testing.T) {
 	clk := testingclock.NewFakeClock(t0)
-	be := scaler.NewFakeBackend()
+	be := scalertest.NewBackend()
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -267,15 +258,16 @@ func TestNewValidates(t *testing.T) {
 		{"tick too short", Config{Backend: be, TickInterval: 50 * time.Millisecond}, "at least 100ms"},
 		{"short token", Config{Backend: be, Endpoint: collector.EndpointConfig{Tokens: []string{"short"}}}, "token 0"},
 	} {
-		if _, err := New(c.cfg, clk, nil); err == nil || !strings.Contains(err.Error(), c.want) {
+		c.cfg.Clock = clk
+		if _, err := New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
 		}
 	}
-	a, err := New(Config{Backend: be}, clk, nil)
+	a, err := New(Config{Backend: be, Clock: clk})
 	if err != nil || a.tick != DefaultTickInterval || a.history != DefaultHistory {
 		t.Fatalf("defaults: %v, tick %v history %d", err, a.tick, a.history)
 	}
-	if _, err := New(Config{Backend: be, TickInterval: MinTickInterval}, clk, nil); err != nil {
+	if _, err := New(Config{Backend: be, TickInterval: MinTickInterval, Clock: clk}); err != nil {
 		t.Fatalf("the minimum tick refused: %v", err)
 	}
 }
@@ -283,11 +275,10 @@ func TestNewValidates(t *testing.T) {
 func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
 	h := newHarness(t)
 	k := key("hello")
-	h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+	h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	h.a.Upsert(k, autoscaling.DefaultSpec()) // 70 in flight per pod
 	p := newPods(t, 6)
 	p.follow(h, k, 210)
-	h.start()
 
 	for range 90 {
 		h.step()
@@ -297,7 +288,7 @@ func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
 		p.follow(h, k, 210)
 	}
 
-	if st, _ := h.be.Get(k); st.Desired != 3 || st.Ready != 3 || st.Route != scaler.RouteActivator {
+	if st, _ := h.be.Get(k); st.Desired != 3 || st.Ready != 3 || st.Route != plan.RouteActivator {
 		t.Fatalf("backend: %+v, want 3 replicas, 3 ready, behind the activator (EBC < 0)", st)
 	}
 	ss, _ := h.a.ServiceStatus(k)
@@ -358,7 +349,7 @@ func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
 func TestPokeScalesFromZeroWithoutATick(t *testing.T) {
 	h := newHarness(t)
 	k := key("sleepy")
-	h.be.Set(k, scaler.Status{Desired: 0, Ready: 0, Route: scaler.RouteActivator})
+	h.be.Set(k, plan.Status{Desired: 0, Ready: 0, Route: plan.RouteActivator})
 	h.a.Upsert(k, autoscaling.DefaultSpec())
 	h.start()
 
@@ -378,17 +369,12 @@ func TestPokeScalesFromZeroWithoutATick(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for {
-		if recv(t, h.pokes, "poke") == k {
-			break
-		}
-	}
 	c := recv(t, h.be.writes, "scale from zero")
-	if c.Op != scaler.OpSetScale || c.Service != k || c.Replicas != 1 || c.Err != nil {
+	if c.Op != scalertest.OpSetScale || c.Service != k || c.Replicas != 1 || c.Err != nil {
 		t.Fatalf("first write %v, want scale %s 1", c, k)
 	}
-	if !h.clk.Now().Equal(t0) || len(h.ticks) != 0 || len(h.rounds) != 0 {
-		t.Fatalf("the clock moved (%v) or a tick or round ran: the wake-up must not wait for either", h.clk.Now())
+	if !h.clk.Now().Equal(t0) {
+		t.Fatalf("the clock moved (%v): the wake-up must wait for no tick or round", h.clk.Now())
 	}
 	n := recv(t, h.notables, "notable decision")
 	if n.Service != k || n.From != 0 || n.Decision.Scale != 1 || n.Trigger != "poke" || n.PanicChanged ||
@@ -411,11 +397,10 @@ func TestPokeScalesFromZeroWithoutATick(t *testing.T) {
 func TestRestartWithRunningPodsHolds(t *testing.T) {
 	h := newHarness(t)
 	k := key("busy")
-	h.be.Set(k, scaler.Status{Desired: 4, Ready: 4, Route: scaler.RouteActivator})
+	h.be.Set(k, plan.Status{Desired: 4, Ready: 4, Route: plan.RouteActivator})
 	h.a.Upsert(k, autoscaling.DefaultSpec())
 	p := newPods(t, 4)
 	p.follow(h, k, 20) // the new history starts in a lull
-	h.start()
 	for range 20 {
 		h.step()
 		if h.steps%2 == 0 {
@@ -430,16 +415,15 @@ func TestRemovedServiceIsNoLongerDecided(t *testing.T) {
 	h := newHarness(t)
 	gone, kept := key("gone"), key("kept")
 	for _, k := range []service.Key{gone, kept} {
-		h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+		h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 		h.a.Upsert(k, autoscaling.DefaultSpec())
 	}
-	h.start()
 	h.step()
 	h.step()
 	// The first decisions put the activator in both paths (EBC < 0): the
 	// executor's work for them is done once both writes are in.
 	for range 2 {
-		if c := recv(t, h.be.writes, "route write"); c.Op != scaler.OpSetRoute {
+		if c := recv(t, h.be.writes, "route write"); c.Op != scalertest.OpSetRoute {
 			t.Fatalf("write %v, want a route", c)
 		}
 	}
@@ -465,8 +449,8 @@ func TestRemovedServiceIsNoLongerDecided(t *testing.T) {
 	if _, ok := h.gauge("swell_autoscaler_desired_pods", gone); ok {
 		t.Fatal("desired_pods series of the removed service remains")
 	}
-	if h.a.engine.Len() != 1 {
-		t.Fatalf("engine holds %d services", h.a.engine.Len())
+	if len(h.a.list) != 1 || len(h.a.services) != 1 {
+		t.Fatalf("the registry holds %d services (%d by key)", len(h.a.list), len(h.a.services))
 	}
 	// And it can come back.
 	h.a.Upsert(gone, autoscaling.DefaultSpec())
@@ -480,11 +464,10 @@ func TestRemovedServiceIsNoLongerDecided(t *testing.T) {
 func TestStatusOverHTTP(t *testing.T) {
 	h := newHarness(t)
 	k := key("web")
-	h.be.Set(k, scaler.Status{Desired: 1, Ready: 1, Route: scaler.RoutePods})
+	h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	h.a.Upsert(k, autoscaling.DefaultSpec())
 	p := newPods(t, 1)
 	p.follow(h, k, 35)
-	h.start()
 	h.step()
 	h.step()
 

@@ -11,6 +11,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
@@ -21,10 +22,10 @@ import (
 // backend's call recording.
 type staticBackend struct {
 	mu sync.RWMutex
-	m  map[service.Key]scaler.Status
+	m  map[service.Key]plan.Status
 }
 
-func (b *staticBackend) Status(_ context.Context, k service.Key) (scaler.Status, error) {
+func (b *staticBackend) Status(_ context.Context, k service.Key) (plan.Status, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	st, ok := b.m[k]
@@ -43,7 +44,7 @@ func (b *staticBackend) SetScale(_ context.Context, k service.Key, n int) error 
 	return nil
 }
 
-func (b *staticBackend) SetRoute(_ context.Context, k service.Key, r scaler.Route) error {
+func (b *staticBackend) SetRoute(_ context.Context, k service.Key, r plan.Route) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.m[k]
@@ -53,16 +54,16 @@ func (b *staticBackend) SetRoute(_ context.Context, k service.Key, r scaler.Rout
 }
 
 // BenchmarkLoopTick10k is the loop's own cost for 10,000 services: one op
-// is one 2 s tick — two collection rounds' samples handed to the Sink as
-// the collector hands them, then a decision per service with its inputs
+// is one 2 s tick — two collection rounds' samples recorded as the
+// collector hands them to the loop, then a decision per service with its inputs
 // read from the backend and the activators, recorded for Status and the
 // metrics and handed to the executor (queued; the executor's reconciles
 // are the scaler's cost, measured there).
 func BenchmarkLoopTick10k(b *testing.B) {
 	const n = 10_000
 	clk := testingclock.NewFakeClock(t0)
-	be := &staticBackend{m: make(map[service.Key]scaler.Status, n)}
-	a, err := New(Config{Backend: be}, clk, nil)
+	be := &staticBackend{m: make(map[service.Key]plan.Status, n)}
+	a, err := New(Config{Backend: be, Clock: clk})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,22 +72,23 @@ func BenchmarkLoopTick10k(b *testing.B) {
 	for i := range n {
 		k := service.Key{Namespace: fmt.Sprintf("team-%03d", i%300), Name: fmt.Sprintf("svc-%05d", i)}
 		ready := 1 + i%7
-		be.m[k] = scaler.Status{Desired: ready, Ready: ready, Route: scaler.RoutePods, Requested: scaler.RoutePods}
+		be.m[k] = plan.Status{Desired: ready, Ready: ready, Route: plan.RoutePods, Requested: plan.RoutePods}
 		a.Upsert(k, spec)
-		samples[i] = collector.Sample{Service: k.String(), Concurrency: float64(ready) * 60, RPS: float64(ready) * 600}
+		samples[i] = collector.Sample{Service: k, Concurrency: float64(ready) * 60, RPS: float64(ready) * 600}
 	}
 	round := func() {
 		sec := clk.Now().Truncate(time.Second)
 		for i := range samples {
 			samples[i].Time = sec
 		}
-		sink{a}.Record(samples)
+		a.record(samples)
 		clk.Step(time.Second)
 	}
+	a.apply()
 	tick := func() {
 		round()
 		round()
-		a.tickAll()
+		a.out(a.tickAll(clk.Now()))
 	}
 	for range 35 { // a full stable window, and past the restart's panic
 		tick()

@@ -15,6 +15,7 @@ import (
 type metrics struct {
 	desired, ready, panicMode, ebc *prometheus.GaugeVec
 	services                       prometheus.Gauge
+	roundsBusy                     prometheus.Counter
 	tickDuration                   prometheus.Histogram
 	// decisions[trigger][change]
 	decisions [2][numChanges]prometheus.Counter
@@ -58,6 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "swell_autoscaler_services",
 			Help: "Services the autoscaler decides for.",
 		}),
+		roundsBusy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swell_autoscaler_collection_rounds_dropped_total",
+			Help: "Collection rounds not started because the previous one was still scraping.",
+		}),
 		tickDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swell_autoscaler_tick_duration_seconds",
 			Help:    "Time one tick (a decision for every service) took.",
@@ -74,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.desired, m.ready, m.panicMode, m.ebc, m.services, m.tickDuration, decisions} {
+		for _, c := range []prometheus.Collector{m.desired, m.ready, m.panicMode, m.ebc, m.services, m.roundsBusy, m.tickDuration, decisions} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("autoscaler: register metrics: %w", err)
 			}

@@ -1,7 +1,6 @@
 package autoscaler
 
 import (
-	"cmp"
 	"encoding/json"
 	"math"
 	"net/http"
@@ -87,13 +86,10 @@ type DecisionStatus struct {
 // Status returns a snapshot of every service.
 func (a *Autoscaler) Status() Status {
 	a.mu.RLock()
-	list := make([]*svc, 0, len(a.services))
-	for _, s := range a.services {
-		list = append(list, s)
-	}
+	list := slices.Clone(a.list)
 	a.mu.RUnlock()
 	slices.SortFunc(list, func(x, y *svc) int {
-		return cmp.Or(cmp.Compare(x.key.Namespace, y.key.Namespace), cmp.Compare(x.key.Name, y.key.Name))
+		return x.key.Compare(y.key)
 	})
 	st := Status{
 		Time:         a.clock.Now(),
@@ -128,7 +124,7 @@ func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
 		Class:        string(s.spec.Class),
 		Metric:       string(s.spec.Metric),
 		TargetPerPod: s.spec.TargetPerPod(),
-		Pods:         len(s.pods),
+		Pods:         s.npods,
 		Decided:      s.decided,
 		Decisions:    make([]DecisionStatus, 0, s.n),
 	}
@@ -139,10 +135,11 @@ func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
 		e := s.history[(s.next-s.n+i+len(s.history))%len(s.history)]
 		ss.Decisions = append(ss.Decisions, decisionStatus(e))
 	}
-	s.mu.Unlock()
-	if ls, ok := a.engine.LastSample(s.key); ok {
+	if s.sampled {
+		ls := s.sample
 		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: finite(ls.Concurrency), RPS: finite(ls.RPS)}
 	}
+	s.mu.Unlock()
 	return ss
 }
 

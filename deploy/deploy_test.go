@@ -16,11 +16,14 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/swell-run/swell/kube/inject"
 )
 
 // manifests returns every YAML document under dir but kustomizations, by
@@ -121,6 +124,64 @@ func TestKustomizationsListTheirFiles(t *testing.T) {
 		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s/kustomization.yaml lists %v; the directory holds %v", dir, got, want)
+		}
+	}
+}
+
+// TestWebhookRulesMatchInjectedKinds: the webhooks that inject and
+// validate are registered for exactly the kinds and operations Swell
+// injects (inject.Kinds), so the apiserver neither leaves one of them
+// unchecked nor calls for anything else.
+func TestWebhookRulesMatchInjectedKinds(t *testing.T) {
+	var want []string
+	for _, k := range inject.Kinds() {
+		for _, op := range k.Operations {
+			want = append(want, k.Group+"/"+k.Version+"/"+k.Resource+" "+string(op))
+		}
+	}
+	slices.Sort(want)
+
+	rules := map[string][]admissionregistrationv1.RuleWithOperations{}
+	strict := kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+		kjson.SerializerOptions{Yaml: true, Strict: true})
+	for _, doc := range manifests(t, ".")["webhooks.yaml"] {
+		obj, _, err := strict.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("webhooks.yaml: %v", err)
+		}
+		switch c := obj.(type) {
+		case *admissionregistrationv1.MutatingWebhookConfiguration:
+			for _, w := range c.Webhooks {
+				rules[w.Name] = w.Rules
+			}
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			for _, w := range c.Webhooks {
+				rules[w.Name] = w.Rules
+			}
+		}
+	}
+	for _, name := range []string{"inject.swell.run", "validate.swell.run"} {
+		rs, ok := rules[name]
+		if !ok {
+			t.Errorf("webhooks.yaml has no webhook %s", name)
+			continue
+		}
+		var got []string
+		for _, r := range rs {
+			for _, g := range r.APIGroups {
+				for _, v := range r.APIVersions {
+					for _, res := range r.Resources {
+						for _, op := range r.Operations {
+							got = append(got, g+"/"+v+"/"+res+" "+string(op))
+						}
+					}
+				}
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("webhooks.yaml: %s's rules match\n  %s\nSwell injects (inject.Kinds)\n  %s",
+				name, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/swell-run/swell/activator"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/local/config"
 	"github.com/swell-run/swell/local/replica"
@@ -55,7 +56,7 @@ type localService struct {
 	// left the slice before their Stop begins, so no new request is sent
 	// to them.
 	replicas []*replica.Replica
-	route    scaler.Route
+	route    plan.Route
 	next     int // index of the next replica started
 	closed   bool
 
@@ -71,7 +72,7 @@ type crashSeen struct{ crashed, restarts int }
 
 // routeView is a service's route and ready replicas at one moment.
 type routeView struct {
-	route scaler.Route
+	route plan.Route
 	ready []string // serving addresses
 }
 
@@ -102,7 +103,7 @@ func newBackend(ctx context.Context, log *zap.Logger, svcs []config.Service) *ba
 			cfg:  c,
 			// Every service starts behind the activator: it holds the
 			// first requests while the first replica starts.
-			route:   scaler.RouteActivator,
+			route:   plan.RouteActivator,
 			next:    1,
 			crashes: make(map[string]crashSeen),
 		}
@@ -132,14 +133,14 @@ func (b *backend) lookup(key service.Key) (*localService, error) {
 
 // Status implements scaler.Backend. The route switches at once: the front
 // door reads it on every request.
-func (b *backend) Status(_ context.Context, key service.Key) (scaler.Status, error) {
+func (b *backend) Status(_ context.Context, key service.Key) (plan.Status, error) {
 	s, err := b.lookup(key)
 	if err != nil {
-		return scaler.Status{}, err
+		return plan.Status{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return scaler.Status{Desired: s.desired, Ready: s.readyLocked(), Route: s.route, Requested: s.route}, nil
+	return plan.Status{Desired: s.desired, Ready: s.readyLocked(), Route: s.route, Requested: s.route}, nil
 }
 
 // SetScale implements scaler.Backend: it starts or stops replicas until
@@ -156,7 +157,7 @@ func (b *backend) SetScale(_ context.Context, key service.Key, n int) error {
 }
 
 // SetRoute implements scaler.Backend.
-func (b *backend) SetRoute(_ context.Context, key service.Key, r scaler.Route) error {
+func (b *backend) SetRoute(_ context.Context, key service.Key, r plan.Route) error {
 	s, err := b.lookup(key)
 	if err != nil {
 		return err
@@ -276,7 +277,7 @@ func (s *localService) snapshot() []*replica.Replica {
 func (b *backend) Services() []activator.Service {
 	out := make([]activator.Service, 0, len(b.order))
 	for _, s := range b.order {
-		as := activator.Service{Key: s.key.String(), ContainerConcurrency: s.cfg.ContainerConcurrency}
+		as := activator.Service{Key: s.key, ContainerConcurrency: s.cfg.ContainerConcurrency}
 		for _, r := range s.snapshot() {
 			as.Pods = append(as.Pods, activator.Pod{Name: r.Name(), Addr: r.ServingAddr()})
 		}

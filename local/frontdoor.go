@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/proxy"
 )
@@ -130,7 +130,7 @@ func (f *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte(msg + "; services: " + f.names + " (route with Host: <name>.localhost or the " + network.ServiceHeader + " header)\n"))
 		return
 	}
-	if v := s.view.Load(); v.route == scaler.RoutePods && len(v.ready) > 0 {
+	if v := s.view.Load(); v.route == plan.RoutePods && len(v.ready) > 0 {
 		addr := v.ready[f.counter.Add(1)%uint64(len(v.ready))]
 		f.direct.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), directKey{}, direct{addr, s})))
 		return

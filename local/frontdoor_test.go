@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/local/config"
 	"github.com/swell-run/swell/pkg/network"
 )
@@ -102,7 +102,7 @@ func TestFrontDoorDirectToPods(t *testing.T) {
 	}
 	p1, p2 := pod("p1"), pod("p2")
 	s := b.order[0]
-	s.view.Store(&routeView{route: scaler.RoutePods, ready: []string{p1.Listener.Addr().String(), p2.Listener.Addr().String()}})
+	s.view.Store(&routeView{route: plan.RoutePods, ready: []string{p1.Listener.Addr().String(), p2.Listener.Addr().String()}})
 	for range 4 {
 		if code, _, _ := serve(f, "hello.localhost"); code != http.StatusOK {
 			t.Fatalf("direct request: %d", code)
@@ -112,11 +112,11 @@ func TestFrontDoorDirectToPods(t *testing.T) {
 		t.Errorf("replicas served %v, want round robin", got)
 	}
 
-	s.view.Store(&routeView{route: scaler.RoutePods})
+	s.view.Store(&routeView{route: plan.RoutePods})
 	if _, body, _ := serve(f, "hello.localhost"); body != "activator:local/hello" {
 		t.Errorf("with no ready replica: %q, want the activator", body)
 	}
-	s.view.Store(&routeView{route: scaler.RouteActivator, ready: []string{p1.Listener.Addr().String()}})
+	s.view.Store(&routeView{route: plan.RouteActivator, ready: []string{p1.Listener.Addr().String()}})
 	if _, body, _ := serve(f, "hello.localhost"); body != "activator:local/hello" {
 		t.Errorf("routed to the activator: %q, want the activator", body)
 	}
@@ -125,7 +125,7 @@ func TestFrontDoorDirectToPods(t *testing.T) {
 	// so the activator takes the request.
 	gone := p2.Listener.Addr().String()
 	p2.Close()
-	s.view.Store(&routeView{route: scaler.RoutePods, ready: []string{gone}})
+	s.view.Store(&routeView{route: plan.RoutePods, ready: []string{gone}})
 	if code, body, _ := serve(f, "hello.localhost"); code != http.StatusOK || body != "activator:local/hello" {
 		t.Errorf("to a closed replica: %d %q, want the activator's answer", code, body)
 	}
@@ -135,7 +135,7 @@ func TestFrontDoorDirectToPods(t *testing.T) {
 		panic(http.ErrAbortHandler)
 	}))
 	t.Cleanup(broken.Close)
-	s.view.Store(&routeView{route: scaler.RoutePods, ready: []string{broken.Listener.Addr().String()}})
+	s.view.Store(&routeView{route: plan.RoutePods, ready: []string{broken.Listener.Addr().String()}})
 	if code, _, h := serve(f, "hello.localhost"); code != http.StatusBadGateway || h.Get(network.ReasonHeader) != network.ReasonAppUnreachable {
 		t.Errorf("to a replica that failed mid-request: %d %v, want 502 app-unreachable", code, h)
 	}

@@ -42,7 +42,7 @@ import (
 	"github.com/swell-run/swell/pkg/network"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
 	DefaultPort      = 8080
 	DefaultAdminPort = 8081
@@ -51,8 +51,8 @@ const (
 	DefaultShutdownTimeout = 30 * time.Second
 )
 
-// Options configure a Server.
-type Options struct {
+// Config configures a Server.
+type Config struct {
 	// File is the services to run and the defaults of their autoscaling.
 	File *config.File
 	// Address is the host the front door and the admin port bind
@@ -87,7 +87,7 @@ type Options struct {
 
 // Server is a running `swell local`.
 type Server struct {
-	opts   Options
+	opts   Config
 	log    *zap.Logger
 	b      *backend
 	act    *activator.Activator
@@ -103,7 +103,7 @@ type Server struct {
 // taking connections and waits for the requests in flight (bounded by
 // ShutdownTimeout), and every replica is stopped gracefully. However it
 // returns, no replica process is left running.
-func Run(ctx context.Context, opts Options) (err error) {
+func Run(ctx context.Context, opts Config) (err error) {
 	if opts.File == nil || len(opts.File.Services) == 0 {
 		return errors.New("swell local: no service to run")
 	}
@@ -193,11 +193,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if s.as, err = autoscaler.New(autoscaler.Config{
 		TickInterval: opts.File.Defaults.TickInterval,
 		Backend:      s.b,
-		Scaler:       scaler.Options{OnEvent: s.scaleEvent},
+		Scaler:       scaler.Config{OnEvent: s.scaleEvent},
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
 		Registerer:   s.reg,
 		OnNotable:    s.notable,
-	}, clock.RealClock{}, opts.Log.Named("autoscaler")); err != nil {
+		Clock:        clock.RealClock{},
+		Logger:       opts.Log.Named("autoscaler"),
+	}); err != nil {
 		return fmt.Errorf("swell local: %w", err)
 	}
 

@@ -177,7 +177,7 @@ func (s *Server) serviceStatus(ls *localService) ServiceStatus {
 			}
 		}
 	}
-	ss.Queued, _ = s.act.Queued(ls.key.String())
+	ss.Queued, _ = s.act.Queued(ls.key)
 	ss.Events = s.events.of(ls.name)
 	return ss
 }

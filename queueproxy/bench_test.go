@@ -8,9 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"testing"
-
-	"go.uber.org/zap"
-	"k8s.io/utils/clock"
 )
 
 // discardWriter is the cheapest ResponseWriter: the benchmark measures
@@ -38,7 +35,7 @@ func benchQueueProxy(b *testing.B, app *httptest.Server, cc int) *QueueProxy {
 	cfg := DefaultConfig()
 	cfg.UserPort, _ = strconv.Atoi(port)
 	cfg.ContainerConcurrency = cc
-	qp, err := New(cfg, zap.NewNop(), clock.RealClock{})
+	qp, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
@@ -72,6 +74,12 @@ type Config struct {
 	// LogLevel and LogFormat configure pkg/logging.
 	LogLevel  string
 	LogFormat string
+
+	// Logger and Clock are the caller's, not read from the environment:
+	// New takes no logging (a nil Logger) and the real clock (a nil Clock)
+	// by default.
+	Logger *zap.Logger
+	Clock  Clock
 }
 
 // DefaultConfig returns the configuration used when nothing is set.

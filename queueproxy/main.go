@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"go.uber.org/zap"
-	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
@@ -50,7 +49,8 @@ func Main(args []string, lookupEnv func(string) (string, bool), stdout, stderr i
 	}
 	defer log.Sync()
 
-	qp, err := New(cfg, log, clock.RealClock{})
+	cfg.Logger = log
+	qp, err := New(cfg)
 	if err != nil {
 		log.Error("cannot start", zap.Error(err))
 		return 1

@@ -130,7 +130,7 @@ func TestProbeNowJoinsARunningProbe(t *testing.T) {
 		t.Errorf("%d probes running, want the callers to share one", n)
 	}
 	close(release)
-	if !<-done || !<-done {
+	if first, second := <-done, <-done; !first || !second {
 		t.Error("ProbeNow = false after a successful probe")
 	}
 	if n := calls.Load(); n > 2 {

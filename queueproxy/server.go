@@ -63,9 +63,16 @@ type QueueProxy struct {
 
 // New builds a queue-proxy from a valid configuration. It starts nothing:
 // see Run and Serve.
-func New(cfg Config, log *zap.Logger, clk Clock) (*QueueProxy, error) {
+func New(cfg Config) (*QueueProxy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	log, clk := cfg.Logger, cfg.Clock
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
 	}
 	now := clk.Now()
 	q := &QueueProxy{
@@ -125,7 +132,7 @@ func (q *QueueProxy) buildHandler() http.Handler {
 		admit = func(next http.Handler) http.Handler { return &admission{next: next, breaker: q.breaker} }
 	}
 	// Outermost first: each stage sees only what the ones above let through.
-	return chain(newProxy(q.cfg.UserPort, q.log),
+	return proxy.Chain(newProxy(q.cfg.UserPort, q.log),
 		// Probes are answered here and are not traffic.
 		func(next http.Handler) http.Handler {
 			return &probeHandler{next: next, prober: q.prober, draining: q.drainer.Draining}
@@ -143,18 +150,6 @@ func (q *QueueProxy) buildHandler() http.Handler {
 		// At most CONTAINER_CONCURRENCY at the app (absent when unlimited).
 		admit,
 	)
-}
-
-// chain wraps last in stages, the first stage outermost. Nil stages are
-// skipped.
-func chain(last http.Handler, stages ...func(http.Handler) http.Handler) http.Handler {
-	h := last
-	for i := len(stages) - 1; i >= 0; i-- {
-		if stages[i] != nil {
-			h = stages[i](h)
-		}
-	}
-	return h
 }
 
 // adminHandler serves readiness and drain.

@@ -96,7 +96,8 @@ func newRig(t *testing.T, userPort int, configure func(*Config)) *rig {
 		configure(&cfg)
 	}
 	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	qp, err := New(cfg, testLogger(t), fc)
+	cfg.Logger, cfg.Clock = testLogger(t), fc
+	qp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -767,7 +768,8 @@ func TestRunReportsAPortInUse(t *testing.T) {
 	defer taken.Close()
 	cfg := DefaultConfig()
 	cfg.ServingPort = portOf(t, taken.Addr().String())
-	qp, err := New(cfg, testLogger(t), testclock.NewFakeClock(time.Now()))
+	cfg.Logger, cfg.Clock = testLogger(t), testclock.NewFakeClock(time.Now())
+	qp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,17 +18,19 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
-	servicekey "github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
 // Source gives the reporter each service's figures for the period that ends
 // at now. The activator implements it over its per-service stats.Trackers:
 // Report calls emit once per service that held a request or saw one arrive
-// in the period (more is harmless) and resets the period. It runs on the
+// in the period (more is harmless) and resets the period. The key is in its
+// wire form, service.Key.String(), which the activator makes once per
+// service, so that a period allocates nothing. Report runs on the
 // reporter's goroutine; emit must not be kept after Report returns.
 type Source interface {
-	Report(now time.Time, emit func(service string, f stats.ActivatorFigures))
+	Report(now time.Time, emit func(key string, f stats.ActivatorFigures))
 }
 
 // Defaults of Config.
@@ -181,24 +183,25 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// Poke asks for a Poke frame naming service to be sent at once. It never
-// blocks on the network: the service joins a set that the reporter's
-// goroutine drains into one frame. Pokes for a service already waiting
-// coalesce; while disconnected they wait for the next connection. When
+// Poke asks for a Poke frame naming the service whose key is key (in its
+// wire form, service.Key.String()) to be sent at once. It never blocks on
+// the network: the service joins a set that the reporter's goroutine
+// drains into one frame. Pokes for a service already waiting coalesce;
+// while disconnected they wait for the next connection. When
 // MaxPendingPokes services are already waiting, the poke is dropped (and
 // counted): the activator's next report still shows the held request.
-func (r *Reporter) Poke(service string) {
-	if err := servicekey.Check(service); err != nil {
+func (r *Reporter) Poke(key string) {
+	if err := service.Check(key); err != nil {
 		// Sent, it would make the autoscaler close the connection.
 		r.metrics.invalid.Inc()
 		r.log.Error("activator reporter: not poking an invalid service key", zap.Error(err))
 		return
 	}
 	r.pokeMu.Lock()
-	_, dup := r.pokes[service]
+	_, dup := r.pokes[key]
 	full := !dup && len(r.pokes) >= r.maxPokes
 	if !dup && !full {
-		r.pokes[service] = struct{}{}
+		r.pokes[key] = struct{}{}
 	}
 	r.pokeMu.Unlock()
 	if full {
@@ -502,16 +505,16 @@ func (r *Reporter) buildReport(now time.Time) {
 
 // add appends one entry to the report being built, starting a new frame
 // when this one would exceed stats.ActivatorMaxFrameSize.
-func (r *Reporter) add(service string, f stats.ActivatorFigures) {
+func (r *Reporter) add(key string, f stats.ActivatorFigures) {
 	// One bad key would make the autoscaler refuse the whole frame and
 	// close the connection, every period: skip it and count it instead.
-	if servicekey.Check(service) != nil || !validFigures(f) {
+	if service.Check(key) != nil || !validFigures(f) {
 		r.metrics.invalid.Inc()
 		return
 	}
-	delete(r.reported, service)
+	delete(r.reported, key)
 	if f != (stats.ActivatorFigures{}) {
-		r.current[service] = struct{}{}
+		r.current[key] = struct{}{}
 	}
 	frameStart := 0
 	if n := len(r.cuts); n > 0 {
@@ -521,7 +524,7 @@ func (r *Reporter) add(service string, f stats.ActivatorFigures) {
 		r.cuts = append(r.cuts, len(r.buf))
 		r.buf = stats.AppendActivatorReportHeader(r.buf, r.end, r.end.Sub(r.lastEnd))
 	}
-	r.buf = stats.AppendActivatorEntry(r.buf, service, f)
+	r.buf = stats.AppendActivatorEntry(r.buf, key, f)
 }
 
 // validFigures reports whether the autoscaler accepts f's concurrency: a

@@ -16,16 +16,12 @@ import (
 	"github.com/swell-run/swell/pkg/stats"
 )
 
-type discardSink struct{}
-
-func (discardSink) Record([]Sample) {}
-
 // TestRoundNoAllocs: without pods to scrape, a round over many services —
 // listing, combining with the activators' figures, emitting — allocates
 // nothing in steady state; the only allocations of a round are net/http's.
 func TestRoundNoAllocs(t *testing.T) {
 	clk := testclock.NewFakeClock(t0)
-	pods := NewStaticPods()
+	pods := newStaticPods()
 	acts := NewActivators(clk, time.Hour)
 	f := &stats.ActivatorFrame{Type: stats.ActivatorReport, Period: time.Second}
 	for i := range 1000 {
@@ -34,14 +30,15 @@ func TestRoundNoAllocs(t *testing.T) {
 		f.Entries = append(f.Entries, entry(svc, 1, 1, 1))
 	}
 	acts.Apply("act-a", f)
-	c, err := New(Config{Pods: pods, Sink: discardSink{}, Activators: acts, Clock: clk, Seed: 1})
+	c, err := New(Config{Activators: acts, Clock: clk, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	targets := pods.targets(t)
 	now := t0
 	round := func() {
 		now = now.Add(time.Second)
-		c.Round(context.Background(), now)
+		c.Round(context.Background(), now, targets)
 	}
 	round()
 	if n := testing.AllocsPerRun(20, round); n != 0 {
@@ -84,7 +81,7 @@ func BenchmarkRound(b *testing.B) {
 	for _, shape := range []struct{ services, pods int }{{1000, 1}, {100, 10}, {10, 100}} {
 		b.Run(fmt.Sprintf("services=%d/pods=%d", shape.services, shape.pods), func(b *testing.B) {
 			clk := testclock.NewFakeClock(t0)
-			lister := NewStaticPods()
+			lister := newStaticPods()
 			for s := range shape.services {
 				addrs := make([]string, shape.pods)
 				for p := range addrs {
@@ -92,31 +89,24 @@ func BenchmarkRound(b *testing.B) {
 				}
 				lister.Set(fmt.Sprintf("ns/svc-%d", s), addrs...)
 			}
-			var scraped atomic.Int64
-			sink := countSink{&scraped}
-			c, err := New(Config{Pods: lister, Sink: sink, Clock: clk, Seed: 1, Workers: 64})
+			c, err := New(Config{Clock: clk, Seed: 1, Workers: 64})
 			if err != nil {
 				b.Fatal(err)
 			}
+			targets := lister.targets(b)
 			now := t0
-			c.Round(context.Background(), now) // open the connections
-			scraped.Store(0)
+			c.Round(context.Background(), now, targets) // open the connections
+			scraped := 0
 			b.ReportAllocs()
 			for b.Loop() {
 				now = now.Add(time.Second)
-				c.Round(context.Background(), now)
+				for _, x := range c.Round(context.Background(), now, targets) {
+					scraped += x.Scraped
+				}
 			}
-			b.ReportMetric(float64(scraped.Load())/float64(b.N), "scrapes/round")
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(scraped.Load()), "ns/scrape")
+			b.ReportMetric(float64(scraped)/float64(b.N), "scrapes/round")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(scraped), "ns/scrape")
 		})
-	}
-}
-
-type countSink struct{ n *atomic.Int64 }
-
-func (s countSink) Record(samples []Sample) {
-	for _, x := range samples {
-		s.n.Add(int64(x.Scraped))
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -44,8 +45,8 @@ const (
 // request is counted once, wherever it waited. While no activator reports
 // the service, the pods count what came through an activator too.
 type Sample struct {
-	// Service is "namespace/name".
-	Service string
+	// Service is the service's key.
+	Service service.Key
 	// Time is the whole second the sample stands for. A Collector emits at
 	// most one Sample per service and second, and Time strictly increases
 	// from round to round.
@@ -68,19 +69,20 @@ type Sample struct {
 	ActivatorPending int
 }
 
-// Sink receives each round's samples. Record is called once per round, from
-// the goroutine running the round, with one Sample per service that had
-// data; the slice is reused by the next round, so copy what you keep.
-// A service whose ready pods all failed to answer has no Sample that second
-// (no data, which is not zero load).
-type Sink interface {
-	Record(samples []Sample)
+// Target is one service to collect for in a round.
+type Target struct {
+	Key service.Key
+	// Name is Key.String(), as the activators' reports name the service:
+	// made once by the caller, not per round.
+	Name string
+	// Pods are the addresses ("host:port", the queue-proxy's metrics port)
+	// of the service's ready pods; none for a service at zero. The
+	// collector reads them and never changes them.
+	Pods []string
 }
 
-// Config configures a Collector. Pods and Sink are required.
+// Config configures a Collector.
 type Config struct {
-	Pods PodLister
-	Sink Sink
 	// Activators, if set, adds the activators' figures to every sample.
 	Activators *Activators
 	// Client scrapes; nil means NewHTTPClient(Timeout).
@@ -107,11 +109,11 @@ type Config struct {
 }
 
 // Collector runs collection rounds: each round scrapes every service's
-// sampled pods concurrently, adds the activators' figures and hands one
-// Sample per service to the Sink.
+// sampled pods concurrently, adds the activators' figures and returns one
+// Sample per service. It keeps no record of services between rounds: the
+// caller (the autoscaler's loop, which owns the set of services) hands each
+// round its targets.
 type Collector struct {
-	pods       PodLister
-	sink       Sink
 	activators *Activators
 	client     *http.Client
 	timeout    time.Duration
@@ -124,25 +126,23 @@ type Collector struct {
 
 	// roundMu serialises rounds; everything below is the round's scratch,
 	// reused so that a steady state allocates only inside net/http.
-	roundMu  sync.Mutex
-	last     time.Time // the latest round's second
-	rng      *rand.Rand
-	gen      uint64
-	state    map[string]*serviceState
-	services []string
-	order    []*serviceState
-	jobs     []job
-	loads    []ActivatorLoad
-	samples  []Sample
+	roundMu sync.Mutex
+	last    time.Time // the latest round's second
+	rng     *rand.Rand
+	targets []Target
+	pods    []string // every target's pods, copied: the sample is drawn in place
+	ranges  []podRange
+	names   []string
+	jobs    []job
+	loads   []ActivatorLoad
+	samples []Sample
 }
 
-// serviceState is one service's scratch, kept across rounds.
-type serviceState struct {
-	gen     uint64
-	pods    []string
-	listErr error
-	// jobs is the service's range in Collector.jobs this round.
-	first, n int
+// podRange is one target's pods in Collector.pods, of which the first n
+// (its sample) are scraped this round, as Collector.jobs[first:first+n].
+type podRange struct {
+	start, ready int
+	first, n     int
 }
 
 // job is one pod's scrape in a round; workers write only their own job.
@@ -155,17 +155,9 @@ type job struct {
 	ok                             bool
 }
 
-// New returns a Collector, or an error naming what is missing or invalid.
+// New returns a Collector, or an error naming what is invalid.
 func New(cfg Config) (*Collector, error) {
-	if cfg.Pods == nil {
-		return nil, errors.New("collector: Config.Pods is required")
-	}
-	if cfg.Sink == nil {
-		return nil, errors.New("collector: Config.Sink is required")
-	}
 	c := &Collector{
-		pods:       cfg.Pods,
-		sink:       cfg.Sink,
 		activators: cfg.Activators,
 		client:     cfg.Client,
 		timeout:    cfg.Timeout,
@@ -174,7 +166,6 @@ func New(cfg Config) (*Collector, error) {
 		sampling:   DefaultSampling,
 		clock:      cfg.Clock,
 		log:        cfg.Logger,
-		state:      make(map[string]*serviceState),
 	}
 	if cfg.Sampling != nil {
 		if cfg.Sampling.Z < 0 || cfg.Sampling.Margin < 0 {
@@ -212,87 +203,64 @@ func New(cfg Config) (*Collector, error) {
 	return c, nil
 }
 
-// Run runs a round on each tick until ctx ends. The ticks come from the
-// engine's clock (a clock.Ticker's C()); a tick that lands in the same
-// second as the previous round is skipped, so start the ticker away from
-// whole seconds (the engine starts it at a half second).
-func (c *Collector) Run(ctx context.Context, ticks <-chan time.Time) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case t := <-ticks:
-			c.Round(ctx, t)
-		}
-	}
-}
-
-// ActivatorPending returns the number of service's requests held at the
-// activators (0 without Config.Activators).
-func (c *Collector) ActivatorPending(service string) int {
+// ActivatorPending returns the number of the requests held at the
+// activators for the service named name (0 without Config.Activators).
+func (c *Collector) ActivatorPending(name string) int {
 	if c.activators == nil {
 		return 0
 	}
-	return c.activators.Pending(service)
+	return c.activators.Pending(name)
 }
 
-// Round collects the second of tick: it lists the services and their ready
-// pods, scrapes a random sample of each service's pods with Workers
-// concurrent scrapes, adds the activators' figures and calls the Sink once.
+// Round collects the second of tick for targets: it scrapes a random
+// sample of each target's pods with Workers concurrent scrapes, adds the
+// activators' figures and returns one Sample per target that had data. A
+// target whose ready pods all failed to answer has no Sample that second
+// (no data, which is not zero load).
+//
 // Every scrape ends by RoundTimeout, so a round takes little more than
-// that, plus the Sink's time, however many pods hang.
-// Rounds are serialised; a tick in a second already collected is skipped.
-func (c *Collector) Round(ctx context.Context, tick time.Time) {
+// that however many pods hang. Rounds are serialised; a tick in a second
+// already collected is skipped (nil). The returned slice and targets are
+// the collector's and the caller's until the next Round.
+func (c *Collector) Round(ctx context.Context, tick time.Time, targets []Target) []Sample {
 	c.roundMu.Lock()
 	defer c.roundMu.Unlock()
 	sec := tick.Truncate(time.Second)
 	if !c.last.IsZero() && !sec.After(c.last) {
 		c.metrics.roundsSkipped.Inc()
-		return
+		return nil
 	}
 	c.last = sec
 	start := c.clock.Now()
 
-	c.plan()
+	c.plan(targets)
 	c.scrapeAll(ctx)
 	c.combine(sec)
-	c.sink.Record(c.samples)
+	c.targets = nil
 	c.metrics.roundDuration.Observe(c.clock.Since(start).Seconds())
+	return c.samples
 }
 
-// plan lists the services and their pods, draws each service's sample and
-// lays out the round's jobs.
-func (c *Collector) plan() {
-	c.gen++
-	c.services = c.pods.Services(c.services[:0])
-	c.order = c.order[:0]
+// plan draws each target's sample and lays out the round's jobs.
+func (c *Collector) plan(targets []Target) {
+	c.targets = targets
+	c.pods = c.pods[:0]
+	c.ranges = c.ranges[:0]
+	c.names = c.names[:0]
 	c.jobs = c.jobs[:0]
-	for _, svc := range c.services {
-		st := c.state[svc]
-		if st == nil {
-			st = &serviceState{}
-			c.state[svc] = st
-		}
-		st.gen = c.gen
-		st.pods, st.listErr = c.pods.ReadyPods(svc, st.pods[:0])
-		st.first, st.n = len(c.jobs), 0
-		c.order = append(c.order, st)
-		if st.listErr != nil {
-			c.log.Debug("list ready pods", zap.String("service", svc), zap.Error(st.listErr))
-			continue
-		}
+	for _, t := range targets {
+		r := podRange{start: len(c.pods), ready: len(t.Pods), first: len(c.jobs)}
+		c.pods = append(c.pods, t.Pods...)
 		// Drawn anew every round, so that no pod's load is persistently
 		// left out.
-		st.n = c.sampling.Size(len(st.pods))
-		drawSample(c.rng, st.pods, st.n)
-		for _, addr := range st.pods[:st.n] {
+		r.n = c.sampling.Size(r.ready)
+		pods := c.pods[r.start : r.start+r.ready]
+		drawSample(c.rng, pods, r.n)
+		for _, addr := range pods[:r.n] {
 			c.jobs = append(c.jobs, job{addr: addr})
 		}
-	}
-	for svc, st := range c.state {
-		if st.gen != c.gen {
-			delete(c.state, svc)
-		}
+		c.ranges = append(c.ranges, r)
+		c.names = append(c.names, t.Name)
 	}
 }
 
@@ -359,15 +327,15 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySiz
 func (c *Collector) combine(sec time.Time) {
 	c.samples = c.samples[:0]
 	c.loads = c.loads[:0]
-	for range c.services {
+	for range c.names {
 		c.loads = append(c.loads, ActivatorLoad{})
 	}
 	if c.activators != nil {
-		c.activators.loads(c.services, c.loads)
+		c.activators.loads(c.names, c.loads)
 	}
-	for i, st := range c.order {
+	for i, st := range c.ranges {
 		s := Sample{
-			Service:              c.services[i],
+			Service:              c.targets[i].Key,
 			Time:                 sec,
 			ActivatorConcurrency: c.loads[i].Concurrency,
 			ActivatorRPS:         c.loads[i].RPS,
@@ -377,11 +345,7 @@ func (c *Collector) combine(sec time.Time) {
 		if s.Activators > 0 {
 			s.Sources |= SourceActivators
 		}
-		if st.listErr != nil {
-			c.metrics.missing.Inc()
-			continue
-		}
-		s.ReadyPods, s.Sampled = len(st.pods), st.n
+		s.ReadyPods, s.Sampled = st.ready, st.n
 		var conc, rps float64
 		for _, j := range c.jobs[st.first : st.first+st.n] {
 			if j.ok {

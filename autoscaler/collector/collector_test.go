@@ -2,7 +2,6 @@ package collector
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -19,9 +18,8 @@ import (
 // fake clock.
 type rig struct {
 	clock *testclock.FakeClock
-	pods  *StaticPods
+	pods  *staticPods
 	acts  *Activators
-	sink  chanSink
 	reg   *prometheus.Registry
 	c     *Collector
 }
@@ -30,13 +28,12 @@ func newRig(t testing.TB, tweak func(*Config)) *rig {
 	t.Helper()
 	r := &rig{
 		clock: testclock.NewFakeClock(t0),
-		pods:  NewStaticPods(),
-		sink:  make(chanSink, 16),
+		pods:  newStaticPods(),
 		reg:   prometheus.NewRegistry(),
 	}
 	r.acts = NewActivators(r.clock, 0)
 	cfg := Config{
-		Pods: r.pods, Sink: r.sink, Activators: r.acts, Clock: r.clock,
+		Activators: r.acts, Clock: r.clock,
 		Seed: 1, Registerer: r.reg, Timeout: 2 * time.Second, RoundTimeout: 5 * time.Second,
 	}
 	if tweak != nil {
@@ -54,9 +51,9 @@ func newRig(t testing.TB, tweak func(*Config)) *rig {
 // moves the clock on by a second.
 func (r *rig) round(t testing.TB) map[string]Sample {
 	t.Helper()
-	r.c.Round(context.Background(), r.clock.Now())
+	samples := r.c.Round(context.Background(), r.clock.Now(), r.pods.targets(t))
 	r.clock.Step(time.Second)
-	return r.sink.next(t)
+	return byName(t, samples)
 }
 
 // counter reads a counter from the rig's registry; label is the value of
@@ -80,9 +77,7 @@ func TestNewValidates(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{Sink: make(chanSink)}, "Config.Pods is required"},
-		{Config{Pods: NewStaticPods()}, "Config.Sink is required"},
-		{Config{Pods: NewStaticPods(), Sink: make(chanSink), Sampling: &Sampling{Z: -1}}, "must be >= 0"},
+		{Config{Sampling: &Sampling{Z: -1}}, "must be >= 0"},
 	} {
 		if _, err := New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
@@ -291,22 +286,6 @@ func TestAllPodsFail(t *testing.T) {
 	}
 }
 
-// TestListError: pods unknown means no data, not zero.
-func TestListError(t *testing.T) {
-	r := newRig(t, func(c *Config) {})
-	r.c.pods = failingLister{r.pods}
-	r.pods.Set("ns/svc")
-	if got := r.round(t); len(got) != 0 {
-		t.Fatalf("samples despite a listing error: %+v", got)
-	}
-}
-
-type failingLister struct{ *StaticPods }
-
-func (failingLister) ReadyPods(svc string, dst []string) ([]string, error) {
-	return dst, fmt.Errorf("informer not synced")
-}
-
 // TestNewPods: a pod younger than a reporting period serves a report of
 // length zero; it counts as a pod with no load, not as a failure and not as
 // an average pod.
@@ -351,9 +330,9 @@ func TestHangingPod(t *testing.T) {
 	r.pods.Set("ns/svc", hung.addr(), good.addr())
 
 	start := time.Now()
-	r.c.Round(context.Background(), r.clock.Now())
+	got := byName(t, r.c.Round(context.Background(), r.clock.Now(), r.pods.targets(t)))
 	elapsed := time.Since(start)
-	s := r.sink.next(t)["ns/svc"]
+	s := got["ns/svc"]
 	if s.Scraped != 1 || s.PodConcurrency != 4 {
 		t.Fatalf("got %+v, want the good pod's figure scaled to 2 pods", s)
 	}
@@ -386,39 +365,15 @@ func TestRoundDeadline(t *testing.T) {
 	t.Cleanup(func() { close(release) })
 	r.pods.Set("ns/svc", addrs...)
 	start := time.Now()
-	r.c.Round(context.Background(), r.clock.Now())
+	got := r.c.Round(context.Background(), r.clock.Now(), r.pods.targets(t))
 	if elapsed := time.Since(start); elapsed > 150*time.Millisecond+time.Second {
 		t.Fatalf("round took %v, its deadline is 150ms", elapsed)
 	}
-	if got := r.sink.next(t); len(got) != 0 {
+	if len(got) != 0 {
 		t.Fatalf("every pod failed, yet samples: %+v", got)
 	}
 	if n := r.counter(t, "swell_autoscaler_scrapes_total", resultNames[resultTimeout]); n != 3 {
 		t.Fatalf("scrapes{result=timeout} = %v, want 3", n)
-	}
-}
-
-// TestRunOnFakeTicker drives rounds from a fake clock's ticker: one sample
-// per service per tick, stamped with the tick's second.
-func TestRunOnFakeTicker(t *testing.T) {
-	r := newRig(t, nil)
-	p := newFakePod(t, rep(1, 0, 1, 0))
-	r.pods.Set("ns/svc", p.addr())
-	ticker := r.clock.NewTicker(time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.c.Run(ctx, ticker.C()) }()
-	t.Cleanup(func() { cancel(); <-done; ticker.Stop() })
-
-	for i := 1; i <= 3; i++ {
-		r.clock.Step(time.Second)
-		s := r.sink.next(t)["ns/svc"]
-		if want := t0.Add(time.Duration(i) * time.Second).Truncate(time.Second); !s.Time.Equal(want) {
-			t.Fatalf("tick %d: sample time %v, want %v", i, s.Time, want)
-		}
-	}
-	if got := p.hits.Load(); got != 3 {
-		t.Fatalf("pod scraped %d times in 3 ticks", got)
 	}
 }
 
@@ -428,22 +383,27 @@ func TestSameSecondSkipped(t *testing.T) {
 	r := newRig(t, nil)
 	p := newFakePod(t, rep(1, 0, 1, 0))
 	r.pods.Set("ns/svc", p.addr())
-	r.c.Round(context.Background(), t0)
-	r.sink.next(t)
-	r.c.Round(context.Background(), t0.Add(400*time.Millisecond)) // same second
-	r.c.Round(context.Background(), t0.Add(-time.Second))         // earlier second
-	r.sink.none(t)
+	tg := r.pods.targets(t)
+	if got := r.c.Round(context.Background(), t0, tg); len(got) != 1 {
+		t.Fatalf("first round: %+v", got)
+	}
+	if got := r.c.Round(context.Background(), t0.Add(400*time.Millisecond), tg); got != nil { // same second
+		t.Fatalf("a round in the same second: %+v", got)
+	}
+	if got := r.c.Round(context.Background(), t0.Add(-time.Second), tg); got != nil { // earlier second
+		t.Fatalf("a round for an earlier second: %+v", got)
+	}
 	if n := r.counter(t, "swell_autoscaler_collection_rounds_skipped_total", ""); n != 2 {
 		t.Fatalf("rounds skipped = %v, want 2", n)
 	}
-	r.c.Round(context.Background(), t0.Add(600*time.Millisecond)) // next second
-	if s := r.sink.next(t)["ns/svc"]; !s.Time.Equal(t0.Add(time.Second).Truncate(time.Second)) {
+	next := byName(t, r.c.Round(context.Background(), t0.Add(600*time.Millisecond), tg)) // next second
+	if s := next["ns/svc"]; !s.Time.Equal(t0.Add(time.Second).Truncate(time.Second)) {
 		t.Fatalf("sample time %v", s.Time)
 	}
 }
 
-// TestServiceRemoved: a service the lister no longer names gets no sample
-// and its scratch state goes.
+// TestServiceRemoved: a service no longer among the targets gets no
+// sample.
 func TestServiceRemoved(t *testing.T) {
 	r := newRig(t, nil)
 	r.pods.Set("ns/a")
@@ -453,8 +413,8 @@ func TestServiceRemoved(t *testing.T) {
 	}
 	r.pods.Delete("ns/a")
 	got := r.round(t)
-	if _, ok := got["ns/a"]; ok || len(got) != 1 || len(r.c.state) != 1 {
-		t.Fatalf("after deleting ns/a: samples %v, state %v", got, r.c.state)
+	if _, ok := got["ns/a"]; ok || len(got) != 1 {
+		t.Fatalf("after deleting ns/a: samples %v", got)
 	}
 }
 
@@ -494,8 +454,7 @@ func TestActivatorFiguresExpire(t *testing.T) {
 	if p := r.acts.Pending("ns/svc"); p != 0 {
 		t.Fatalf("pending after everything expired = %d, want 0", p)
 	}
-	r.c.Round(context.Background(), r.clock.Now())
-	r.sink.next(t)
+	r.c.Round(context.Background(), r.clock.Now(), r.pods.targets(t))
 	r.acts.mu.Lock()
 	n := len(r.acts.services)
 	r.acts.mu.Unlock()

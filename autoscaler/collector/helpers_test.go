@@ -1,9 +1,11 @@
 package collector
 
 import (
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -63,38 +66,18 @@ func rep(conc, proxiedConc float64, reqs, proxiedReqs uint64) stats.Report {
 	}
 }
 
-// chanSink hands each round's samples, copied, to a channel.
-type chanSink chan []Sample
-
-func (s chanSink) Record(samples []Sample) { s <- append([]Sample(nil), samples...) }
-
-// next returns the next round's samples by service.
-func (s chanSink) next(t testing.TB) map[string]Sample {
+// byName indexes a round's samples by service name.
+func byName(t testing.TB, samples []Sample) map[string]Sample {
 	t.Helper()
-	select {
-	case samples := <-s:
-		m := make(map[string]Sample, len(samples))
-		for _, x := range samples {
-			if _, dup := m[x.Service]; dup {
-				t.Fatalf("two samples for %s in one round", x.Service)
-			}
-			m[x.Service] = x
+	m := make(map[string]Sample, len(samples))
+	for _, x := range samples {
+		name := x.Service.String()
+		if _, dup := m[name]; dup {
+			t.Fatalf("two samples for %s in one round", name)
 		}
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no round recorded within 10s")
-		return nil
+		m[name] = x
 	}
-}
-
-// none checks that no round was recorded so far.
-func (s chanSink) none(t testing.TB) {
-	t.Helper()
-	select {
-	case samples := <-s:
-		t.Fatalf("unexpected round recorded: %+v", samples)
-	default:
-	}
+	return m
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -118,4 +101,33 @@ func gatheredCounter(t testing.TB, reg *prometheus.Registry, name, label string)
 		}
 	}
 	return 0
+}
+
+// staticPods holds each service's ready pods, as the autoscaler's record of
+// its services would, and hands them to a round as targets, sorted.
+type staticPods struct {
+	pods map[string][]string
+}
+
+func newStaticPods() *staticPods { return &staticPods{pods: make(map[string][]string)} }
+
+// Set makes addrs the ready pods of the service named name.
+func (s *staticPods) Set(name string, addrs ...string) { s.pods[name] = slices.Clone(addrs) }
+
+// Delete forgets the service named name.
+func (s *staticPods) Delete(name string) { delete(s.pods, name) }
+
+// targets returns one target per service, sorted by name; a malformed name
+// fails the test.
+func (s *staticPods) targets(t testing.TB) []Target {
+	t.Helper()
+	var out []Target
+	for _, name := range slices.Sorted(maps.Keys(s.pods)) {
+		k, err := service.Parse(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, Target{Key: k, Name: name, Pods: s.pods[name]})
+	}
+	return out
 }

@@ -209,7 +209,7 @@ func TestReasonIsReusedWhileUnchanged(t *testing.T) {
 }
 
 func TestSteadyStateDecisionsDoNotAllocate(t *testing.T) {
-	for _, class := range []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID} {
+	for _, class := range autoscaling.Classes() {
 		t.Run(string(class), func(t *testing.T) {
 			s := testSpec(func(s *autoscaling.Spec) {
 				s.Class = class

@@ -203,13 +203,11 @@ func simulate(d *Decider, start, delay int, end float64, load func(t float64) fl
 		need = append(need, ceilPods(l, 10))
 		// Next tick's ready pods: removals are immediate, additions arrive
 		// after the delay.
-		next := got.Scale
 		if k := len(decided) - delay; k >= 0 {
-			next = min(got.Scale, max(decided[k], min(r, got.Scale)))
+			r = min(got.Scale, max(decided[k], min(r, got.Scale)))
 		} else {
-			next = min(got.Scale, r)
+			r = min(got.Scale, r)
 		}
-		r = next
 	}
 	return ready, need
 }

@@ -11,7 +11,7 @@ import (
 
 // randomSpec is a valid spec with settings drawn across their ranges.
 func randomSpec(rng *rand.Rand) autoscaling.Spec {
-	classes := []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID}
+	classes := autoscaling.Classes()
 	return testSpec(func(s *autoscaling.Spec) {
 		s.Class = classes[rng.IntN(len(classes))]
 		s.Target = []float64{1, 10, 100, 0.5}[rng.IntN(4)]
@@ -193,7 +193,7 @@ func TestProperties(t *testing.T) {
 // TestNoPathToZeroWithRequestsAtTheActivator tries every class and every
 // gate state with requests in flight or queued: none decides zero.
 func TestNoPathToZeroWithRequestsAtTheActivator(t *testing.T) {
-	for _, class := range []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID} {
+	for _, class := range autoscaling.Classes() {
 		for _, resume := range []bool{false, true} {
 			for ready := 0; ready <= 2; ready++ {
 				for _, noData := range []bool{false, true} {

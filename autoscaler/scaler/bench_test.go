@@ -1,6 +1,6 @@
 //go:build unix
 
-package scaler
+package scaler_test
 
 import (
 	"fmt"
@@ -10,6 +10,9 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/swell-run/swell/autoscaler/plan"
+	. "github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/scaler/scalertest"
 	"github.com/swell-run/swell/pkg/service"
 )
 
@@ -19,15 +22,16 @@ import (
 // in-memory map) and found in place. One op is the whole tick.
 func BenchmarkSteadyTick(b *testing.B) {
 	const n = 10000
-	backend := NewFakeBackend()
-	svcs := make([]service.Key, n)
+	backend := scalertest.NewBackend()
+	svcs := make([]*Target, n)
 	for i := range svcs {
-		svcs[i] = service.Key{Namespace: "bench", Name: fmt.Sprint("svc-", i)}
-		backend.Set(svcs[i], Status{Desired: 3, Ready: 3, Route: RoutePods})
+		k := service.Key{Namespace: "bench", Name: fmt.Sprint("svc-", i)}
+		svcs[i] = NewTarget(k)
+		backend.Set(k, plan.Status{Desired: 3, Ready: 3, Route: plan.RoutePods})
 	}
 	done := make(chan struct{}, n)
-	e := New(backend, Options{Clock: clocktesting.NewFakeClock(time.Now())})
-	e.reconciled = func(service.Key, time.Duration, error) { done <- struct{}{} }
+	e := mustNew(b, Config{Backend: backend, Clock: clocktesting.NewFakeClock(time.Now()),
+		OnReconcile: func(service.Key, time.Duration, error) { done <- struct{}{} }})
 	e.Start()
 	defer e.Stop()
 	d := scale(3, "stable")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/pkg/service"
 )
 
@@ -44,7 +45,7 @@ type Event struct {
 	// From and To are replica counts (EventScale).
 	From, To int
 	// FromRoute and ToRoute are routes (EventRoute).
-	FromRoute, ToRoute Route
+	FromRoute, ToRoute plan.Route
 	// Reason is the decision's reason, with what the executor added to it
 	// (an overwritten manual change, "before scale to zero").
 	Reason string

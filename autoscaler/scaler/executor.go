@@ -2,53 +2,40 @@ package scaler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/time/rate"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/autoscaler/decider"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/pkg/service"
 )
 
-// Defaults of Options.
+// Defaults of Config.
 const (
-	DefaultWorkers        = 8
-	DefaultChangeInterval = time.Second
-	DefaultChangeBurst    = 5
-	DefaultDownHold       = 10 * time.Second
-	DefaultRoutePoll      = time.Second
-	DefaultRetryBase      = 100 * time.Millisecond
-	DefaultRetryMax       = 30 * time.Second
-	DefaultTimeout        = 10 * time.Second
+	DefaultWorkers   = 8
+	DefaultRetryBase = 100 * time.Millisecond
+	DefaultRetryMax  = 30 * time.Second
+	DefaultTimeout   = 10 * time.Second
 )
 
-// Options configures an Executor. A zero field takes its default; for
-// ChangeInterval, DownHold and Timeout a negative value turns the mechanism
-// off.
-type Options struct {
-	// Clock drives rate limits, holds, polls and retries. Default: the
-	// real clock.
+// Config configures an Executor. Backend is required; a zero field takes
+// its default, and a negative Timeout turns the bound off.
+type Config struct {
+	// Backend is what the executor drives.
+	Backend Backend
+	// Clock drives holds, polls and retries. Default: the real clock.
 	Clock clock.WithDelayedExecution
 	// Workers bounds how many services are reconciled at once.
 	Workers int
-	// ChangeInterval and ChangeBurst rate-limit replica changes per
-	// service: a token bucket refilled one change per ChangeInterval,
-	// holding up to ChangeBurst. Waking a service from zero never waits
-	// for a token.
-	ChangeInterval time.Duration
-	ChangeBurst    int
-	// DownHold keeps a service from scaling down, or from taking the
-	// activator out of its path, within DownHold of the executor scaling
-	// it up or putting the activator in. Scale-ups and putting the
-	// activator in are never held.
-	DownHold time.Duration
-	// RoutePoll is how often a service is looked at again while it waits
-	// for a route switch to be confirmed or for a ready pod.
-	RoutePoll time.Duration
+	// Rules are the rules every reconcile applies (package plan); zero
+	// fields take plan's defaults.
+	Rules plan.Rules
 	// RetryBase and RetryMax bound the exponential backoff after a backend
 	// error: RetryBase, doubling per consecutive failure, at most RetryMax.
 	RetryBase, RetryMax time.Duration
@@ -61,27 +48,21 @@ type Options struct {
 	// OnEvent, if set, is called with every event, from the worker
 	// goroutines (possibly several at once). It must return quickly.
 	OnEvent func(Event)
+	// OnReconcile, if set, is called after every reconcile with when the
+	// service will be looked at again (0: when something changes) and the
+	// reconcile's error, from the worker goroutines. It must return
+	// quickly.
+	OnReconcile func(svc service.Key, after time.Duration, err error)
 }
 
-func (o *Options) setDefaults() {
+func (o *Config) setDefaults() {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
 	}
 	if o.Workers <= 0 {
 		o.Workers = DefaultWorkers
 	}
-	if o.ChangeInterval == 0 {
-		o.ChangeInterval = DefaultChangeInterval
-	}
-	if o.ChangeBurst <= 0 {
-		o.ChangeBurst = DefaultChangeBurst
-	}
-	if o.DownHold == 0 {
-		o.DownHold = DefaultDownHold
-	}
-	if o.RoutePoll <= 0 {
-		o.RoutePoll = DefaultRoutePoll
-	}
+	o.Rules = o.Rules.WithDefaults()
 	if o.RetryBase <= 0 {
 		o.RetryBase = DefaultRetryBase
 	}
@@ -99,16 +80,19 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Executor applies each service's latest decision to a Backend. It is
-// level-triggered: every reconcile reads the backend's current state and
-// moves it one step toward the decision, so a change made by hand is
-// overwritten by the next decision and a lost write is repeated.
+// Executor applies each service's latest decision to a Backend, by the
+// rules of package plan. It is level-triggered: every reconcile reads the
+// backend's current state and moves it one step toward the decision, so a
+// change made by hand is overwritten by the next decision and a lost write
+// is repeated.
 //
 // Decisions coalesce: only a service's newest decision is ever applied,
-// and one service is reconciled by at most one worker at a time.
+// and one service is reconciled by at most one worker at a time. The
+// executor keeps no registry of services: the caller owns each service's
+// Target and hands it in.
 type Executor struct {
 	backend Backend
-	opts    Options
+	opts    Config
 	clock   clock.WithDelayedExecution
 	log     *zap.Logger
 	queue   *queue
@@ -119,51 +103,58 @@ type Executor struct {
 
 	startOnce, stopOnce sync.Once
 
-	mu       sync.Mutex
-	services map[service.Key]*state
-	stopped  bool
-
-	// reconciled, if set (by tests), is called after each reconcile.
-	reconciled func(svc service.Key, after time.Duration, err error)
+	// mu guards the Targets' fields marked so, the set of armed timers
+	// and stopped.
+	mu      sync.Mutex
+	timers  map[*Target]struct{}
+	stopped bool
 }
 
-// state is the executor's memory of one service.
-type state struct {
+// Target is what the executor holds of one service: its newest decision
+// and the rules' memory of it. Its owner (the autoscaler's record of the
+// service) makes it with NewTarget and hands it to Update, Resync and
+// Forget.
+type Target struct {
+	key service.Key
+
 	// Guarded by Executor.mu.
 	decision     decider.Decision
 	hasDecision  bool
+	forgotten    bool
 	observed     int // Status.Desired last seen; -1 before the first
 	backoffUntil time.Time
 	timer        clock.Timer
 	wakeAt       time.Time
 
-	// Owned by the worker holding the service's key.
-	limiter         *rate.Limiter
-	lastUp          time.Time // when the executor last scaled up
-	lastToActivator time.Time // when it last asked for the activator
-	expected        int       // replicas it expects to read back; -1 none
-	failures        int
-	// reason is the reason of the first decision seen asking for scale
-	// reasonFor: a change held for a while is reported with why it was
-	// asked for, not with the reason of the latest decision ("at zero").
-	reason    string
-	reasonFor int
+	// Owned by the worker holding the target.
+	mem      plan.Memory
+	failures int
 }
 
-// New returns an Executor driving backend. Call Start to run it.
-func New(backend Backend, opts Options) *Executor {
+// NewTarget returns the Target of the service key.
+func NewTarget(key service.Key) *Target { return &Target{key: key, observed: -1} }
+
+// Key returns the service's key.
+func (t *Target) Key() service.Key { return t.key }
+
+// New returns an Executor driving cfg.Backend. Call Start to run it.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("executor: Config.Backend is required")
+	}
+	opts := cfg
 	opts.setDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Executor{
-		backend:  backend,
-		opts:     opts,
-		clock:    opts.Clock,
-		log:      opts.Logger,
-		queue:    newQueue(),
-		ctx:      ctx,
-		cancel:   cancel,
-		services: make(map[service.Key]*state),
-	}
+		backend: opts.Backend,
+		opts:    opts,
+		clock:   opts.Clock,
+		log:     opts.Logger,
+		queue:   newQueue(),
+		ctx:     ctx,
+		cancel:  cancel,
+		timers:  make(map[*Target]struct{}),
+	}, nil
 }
 
 // Start starts the workers. Decisions given before Start wait for it.
@@ -194,13 +185,12 @@ func (e *Executor) Stop() {
 		e.queue.close()
 		e.wg.Wait()
 		e.mu.Lock()
-		timers := make([]clock.Timer, 0, len(e.services))
-		for _, st := range e.services {
-			if st.timer != nil {
-				timers = append(timers, st.timer)
-				st.timer = nil
-			}
+		timers := make([]clock.Timer, 0, len(e.timers))
+		for t := range e.timers {
+			timers = append(timers, t.timer)
+			t.timer = nil
 		}
+		clear(e.timers)
 		e.mu.Unlock()
 		for _, t := range timers {
 			t.Stop()
@@ -208,222 +198,170 @@ func (e *Executor) Stop() {
 	})
 }
 
-// Update records svc's newest decision and schedules its reconcile. It
-// does not block on the backend and is cheap enough to call for every
-// service on every tick.
+// Update records t's newest decision and schedules its reconcile. It does
+// not block on the backend and is cheap enough to call for every service
+// on every tick.
 //
 // A service that is backing off after backend errors is not retried early
 // by a new decision, unless that decision wakes it from zero.
-func (e *Executor) Update(svc service.Key, d decider.Decision) {
+func (e *Executor) Update(t *Target, d decider.Decision) {
 	now := e.clock.Now()
 	e.mu.Lock()
-	st := e.services[svc]
-	if st == nil {
-		st = &state{observed: -1, expected: -1}
-		e.services[svc] = st
+	if t.forgotten {
+		e.mu.Unlock()
+		return
 	}
-	st.decision, st.hasDecision = d, true
-	wake := d.Scale > 0 && st.observed == 0
-	backingOff := st.backoffUntil.After(now)
+	t.decision, t.hasDecision = d, true
+	wake := d.Scale > 0 && t.observed == 0
+	backingOff := t.backoffUntil.After(now)
 	e.mu.Unlock()
 	if backingOff && !wake {
 		return // the retry timer picks the decision up
 	}
-	e.queue.add(svc, wake)
+	e.queue.add(t, wake)
 }
 
-// Resync schedules svc's reconcile without a new decision. A backend that
-// watches its services calls it when one changes (a pod became ready, a
-// route switch took effect), so the executor need not wait for its poll.
-func (e *Executor) Resync(svc service.Key) { e.queue.add(svc, false) }
+// Resync schedules t's reconcile without a new decision. A backend that
+// watches its services calls it (through its owner) when one changes (a
+// pod became ready, a route switch took effect), so the executor need not
+// wait for its poll.
+func (e *Executor) Resync(t *Target) { e.queue.add(t, false) }
 
-// Forget drops everything the executor holds for svc (a deleted service).
-// A reconcile already running finishes.
-func (e *Executor) Forget(svc service.Key) {
+// Forget drops what the executor holds for t (a deleted service): no
+// reconcile starts for it after Forget. One already running finishes.
+func (e *Executor) Forget(t *Target) {
 	e.mu.Lock()
-	st := e.services[svc]
-	delete(e.services, svc)
-	var t clock.Timer
-	if st != nil {
-		t, st.timer = st.timer, nil
-	}
+	t.forgotten = true
+	timer := t.timer
+	t.timer = nil
+	delete(e.timers, t)
 	e.mu.Unlock()
-	if t != nil {
-		t.Stop()
+	if timer != nil {
+		timer.Stop()
 	}
-	e.queue.forget(svc)
+	e.queue.forget(t)
 }
 
 func (e *Executor) work() {
 	defer e.wg.Done()
+	// The actions of one reconcile, reused: a steady state allocates
+	// nothing here.
+	var actions [2]plan.Action
 	for {
-		svc, ok := e.queue.get()
+		t, ok := e.queue.get()
 		if !ok {
 			return
 		}
-		e.process(svc)
-		e.queue.done(svc)
+		e.process(t, actions[:0])
+		e.queue.done(t)
 	}
 }
 
-func (e *Executor) process(svc service.Key) {
+func (e *Executor) process(t *Target, actions []plan.Action) {
 	e.mu.Lock()
-	st := e.services[svc]
-	var d decider.Decision
-	ok := st != nil && st.hasDecision
-	if ok {
-		d = st.decision
-	}
+	d, ok := t.decision, t.hasDecision && !t.forgotten
 	e.mu.Unlock()
 	if !ok {
-		if e.reconciled != nil {
-			e.reconciled(svc, 0, nil)
-		}
+		e.observe(t, 0, nil)
 		return
 	}
 
-	after, err := e.reconcile(svc, st, d)
+	after, err := e.reconcile(t, d, actions)
 	if e.ctx.Err() != nil {
 		return // stopping: the error, if any, is ours
 	}
 
 	if err != nil {
-		st.failures++
-		after = e.backoff(st.failures)
+		t.failures++
+		after = e.backoff(t.failures)
 		e.mu.Lock()
-		st.backoffUntil = e.clock.Now().Add(after)
+		t.backoffUntil = e.clock.Now().Add(after)
 		e.mu.Unlock()
-		e.emit(Event{Time: e.clock.Now(), Service: svc, Kind: EventError, Err: err, RetryIn: after})
-	} else if st.failures > 0 {
-		st.failures = 0
+		e.emit(Event{Time: e.clock.Now(), Service: t.key, Kind: EventError, Err: err, RetryIn: after})
+	} else if t.failures > 0 {
+		t.failures = 0
 		e.mu.Lock()
-		st.backoffUntil = time.Time{}
+		t.backoffUntil = time.Time{}
 		e.mu.Unlock()
 	}
 	if after > 0 {
-		e.addAfter(svc, st, after)
+		e.addAfter(t, after)
 	}
-	if e.reconciled != nil {
-		e.reconciled(svc, after, err)
+	e.observe(t, after, err)
+}
+
+func (e *Executor) observe(t *Target, after time.Duration, err error) {
+	if e.opts.OnReconcile != nil {
+		e.opts.OnReconcile(t.key, after, err)
 	}
 }
 
-// reconcile moves svc one step toward d and returns when it should be
-// looked at again (0: not until something changes).
-//
-// The order is what keeps a service reachable: the activator goes into the
-// path before anything else; replicas go to zero only once the backend
-// confirms the activator is in the path; the activator leaves the path only
-// once a pod is ready.
-func (e *Executor) reconcile(svc service.Key, st *state, d decider.Decision) (time.Duration, error) {
+// reconcile moves t one step toward d: it reads the backend's state, asks
+// the rules what to do (plan.Rules.Next) and does it, in order. It returns
+// when t should be looked at again (0: not until something changes).
+func (e *Executor) reconcile(t *Target, d decider.Decision, actions []plan.Action) (time.Duration, error) {
 	// Status reads a cache and gets only Stop's cancellation; the writes
 	// share one deadline, made only when there is something to write (a
 	// timer context would cost more than the rest of a reconcile that
 	// finds everything in place).
-	s, err := e.backend.Status(e.ctx, svc)
+	s, err := e.backend.Status(e.ctx, t.key)
 	if err != nil {
 		return 0, fmt.Errorf("status: %w", err)
 	}
-	e.mu.Lock()
-	st.observed = s.Desired
-	e.mu.Unlock()
+	e.setObserved(t, s.Desired)
 	now := e.clock.Now()
+	// A scale to zero leaves the service to a newer decision, which may
+	// have come from a request at the activator.
+	newer := d.Scale == 0 && e.queue.pending(t)
+	step := e.opts.Rules.Next(&t.mem, s, d, now, newer, actions)
+	if step.Held != plan.NotHeld {
+		e.logHeld(t.key, s.Desired, step)
+	}
 
 	wc := writeCtx{parent: e.ctx, timeout: e.opts.Timeout}
 	defer wc.done()
-
-	var after time.Duration
-	wait := func(d time.Duration) {
-		if d > 0 && (after == 0 || d < after) {
-			after = d
+	for _, a := range step.Actions {
+		ev := Event{Time: now, Service: t.key, Reason: a.Reason}
+		switch a.Kind {
+		case plan.SetRoute:
+			if err := e.backend.SetRoute(wc.get(), t.key, a.ToRoute); err != nil {
+				return 0, fmt.Errorf("route via %s: %w", a.ToRoute, err)
+			}
+			ev.Kind, ev.FromRoute, ev.ToRoute = EventRoute, a.FromRoute, a.ToRoute
+		case plan.SetScale:
+			if err := e.backend.SetScale(wc.get(), t.key, a.To); err != nil {
+				return 0, fmt.Errorf("set scale to %d: %w", a.To, err)
+			}
+			// Update's wake test reads it: the replicas are ours now.
+			e.setObserved(t, a.To)
+			ev.Kind, ev.From, ev.To = EventScale, a.From, a.To
 		}
+		t.mem.Done(a, now)
+		e.emit(ev)
 	}
+	return step.After, nil
+}
 
-	want := RoutePods
-	if d.NeedActivator || d.Scale == 0 {
-		want = RouteActivator
-	}
-
-	// Judged on the state as read, before any request of ours: after
-	// asking for the activator, zero waits for a fresh read to confirm it.
-	inPath := s.ActivatorInPath()
-
-	// 1. The activator into the path: always safe, never held.
-	if want == RouteActivator {
-		if s.Requested != RouteActivator {
-			if err := e.setRoute(wc.get(), svc, st, s.Route, RouteActivator, d, now); err != nil {
-				return 0, err
-			}
-			s.Requested = RouteActivator
-		}
-		if !inPath {
-			wait(e.opts.RoutePoll) // until the backend confirms
-		}
-	}
-
-	// 2. Replicas.
-	to := d.Scale
-	if d.Scale != st.reasonFor || st.reason == "" {
-		st.reason, st.reasonFor = d.Reason, d.Scale
-	}
-	if to == 0 && !inPath {
-		// Zero only behind a confirmed activator: otherwise a request
-		// arriving now would find no endpoint at all.
-		to = s.Desired
-		e.log.Debug("scale to zero waits for the activator", zap.Stringer("service", svc))
-	}
-	if to != s.Desired {
-		switch delay := e.admit(st, now, s.Desired, to); {
-		case delay > 0:
-			wait(delay)
-			e.log.Debug("scale change waits", zap.Stringer("service", svc),
-				zap.Int("from", s.Desired), zap.Int("to", to), zap.Duration("for", delay))
-		case to == 0 && e.queue.pending(svc):
-			// A newer decision arrived while we looked (perhaps a request
-			// at the activator): let it decide rather than go to zero.
-		default:
-			if err := e.backend.SetScale(wc.get(), svc, to); err != nil {
-				return 0, fmt.Errorf("set scale to %d: %w", to, err)
-			}
-			reason := d.Reason
-			if to == st.reasonFor {
-				reason = st.reason
-			}
-			if st.expected >= 0 && s.Desired != st.expected {
-				reason = fmt.Sprintf("%s; replicas had been set to %d outside the autoscaler", reason, s.Desired)
-			}
-			if to > s.Desired {
-				st.lastUp = now
-			}
-			e.emit(Event{Time: now, Service: svc, Kind: EventScale, From: s.Desired, To: to, Reason: reason})
-			s.Desired = to
-		}
-	}
-	st.expected = s.Desired
+func (e *Executor) setObserved(t *Target, n int) {
 	e.mu.Lock()
-	st.observed = s.Desired // after our own write: Update's wake test reads it
+	t.observed = n
 	e.mu.Unlock()
+}
 
-	// 3. The activator out of the path, once a pod can take the traffic.
-	if want == RoutePods && (s.Route != RoutePods || s.Requested != RoutePods) {
-		hold := time.Duration(0)
-		if e.opts.DownHold > 0 && !st.lastToActivator.IsZero() {
-			hold = st.lastToActivator.Add(e.opts.DownHold).Sub(now)
-		}
-		switch {
-		case s.Requested == RoutePods:
-			// Asked already; nothing waits on this switch.
-		case s.Ready == 0:
-			wait(e.opts.RoutePoll)
-		case hold > 0:
-			wait(hold)
-		default:
-			if err := e.setRoute(wc.get(), svc, st, s.Route, RoutePods, d, now); err != nil {
-				return 0, err
-			}
-		}
+func (e *Executor) logHeld(key service.Key, from int, step plan.Step) {
+	ce := e.log.Check(zapcore.DebugLevel, "scale change waits")
+	if ce == nil {
+		return
 	}
-	return after, nil
+	why := "the rules' hold or rate limit"
+	switch step.Held {
+	case plan.HeldForActivator:
+		why = "the activator to be confirmed in the path"
+	case plan.HeldForNewer:
+		why = "a newer decision"
+	}
+	ce.Write(zap.Stringer("service", key), zap.Int("from", from), zap.Int("to", step.Wanted),
+		zap.String("for", why), zap.Duration("lookAgainIn", step.After))
 }
 
 // writeCtx hands out one deadline for a reconcile's writes, made on first
@@ -451,82 +389,38 @@ func (w *writeCtx) done() {
 	}
 }
 
-// admit says how long a change from → to must wait (0: apply now), taking
-// a rate-limit token when it may go ahead.
-func (e *Executor) admit(st *state, now time.Time, from, to int) time.Duration {
-	if from == 0 {
-		return 0 // waking from zero: a request is waiting at the activator
-	}
-	if to < from && e.opts.DownHold > 0 && !st.lastUp.IsZero() {
-		if d := st.lastUp.Add(e.opts.DownHold).Sub(now); d > 0 {
-			return d
-		}
-	}
-	if e.opts.ChangeInterval > 0 {
-		if st.limiter == nil {
-			st.limiter = rate.NewLimiter(rate.Every(e.opts.ChangeInterval), e.opts.ChangeBurst)
-		}
-		r := st.limiter.ReserveN(now, 1)
-		if d := r.DelayFrom(now); d > 0 {
-			r.CancelAt(now)
-			return d
-		}
-	}
-	return 0
-}
-
-func (e *Executor) setRoute(ctx context.Context, svc service.Key, st *state, from, to Route, d decider.Decision, now time.Time) error {
-	if err := e.backend.SetRoute(ctx, svc, to); err != nil {
-		return fmt.Errorf("route via %s: %w", to, err)
-	}
-	var reason string
-	switch {
-	case to == RoutePods:
-		reason = fmt.Sprintf("excess burst capacity %.0f", d.ExcessBurstCapacity)
-	case d.Scale == 0:
-		reason = "before scale to zero"
-	case d.ExcessBurstCapacity < 0:
-		reason = fmt.Sprintf("excess burst capacity %.0f", d.ExcessBurstCapacity)
-	default:
-		reason = d.Reason
-	}
-	if to == RouteActivator {
-		st.lastToActivator = now
-	}
-	e.emit(Event{Time: now, Service: svc, Kind: EventRoute, FromRoute: from, ToRoute: to, Reason: reason})
-	return nil
-}
-
-// addAfter schedules svc's next reconcile in d, unless an earlier one is
+// addAfter schedules t's next reconcile in d, unless an earlier one is
 // already scheduled.
-func (e *Executor) addAfter(svc service.Key, st *state, d time.Duration) {
+func (e *Executor) addAfter(t *Target, d time.Duration) {
 	now := e.clock.Now()
 	at := now.Add(d)
 	e.mu.Lock()
-	if e.stopped || e.services[svc] != st {
+	if e.stopped || t.forgotten {
 		e.mu.Unlock()
 		return
 	}
-	if st.timer != nil && st.wakeAt.After(now) && !st.wakeAt.After(at) {
+	if t.timer != nil && t.wakeAt.After(now) && !t.wakeAt.After(at) {
 		e.mu.Unlock()
 		return
 	}
-	old := st.timer
-	st.timer, st.wakeAt = nil, at
+	old := t.timer
+	t.timer, t.wakeAt = nil, at
+	delete(e.timers, t)
 	e.mu.Unlock()
 	// The clock is called without e.mu held: a fake clock runs AfterFunc
 	// callbacks under its own lock, and the callback must not wait for ours.
 	if old != nil {
 		old.Stop()
 	}
-	t := e.clock.AfterFunc(d, func() { e.queue.add(svc, false) })
+	timer := e.clock.AfterFunc(d, func() { e.queue.add(t, false) })
 	e.mu.Lock()
-	if e.stopped || e.services[svc] != st {
+	if e.stopped || t.forgotten {
 		e.mu.Unlock()
-		t.Stop()
+		timer.Stop()
 		return
 	}
-	st.timer = t
+	t.timer = timer
+	e.timers[t] = struct{}{}
 	e.mu.Unlock()
 }
 

@@ -1,4 +1,4 @@
-package scaler
+package scaler_test
 
 import (
 	"context"
@@ -15,10 +15,17 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler/decider"
+	"github.com/swell-run/swell/autoscaler/plan"
+	. "github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/scaler/scalertest"
 	"github.com/swell-run/swell/pkg/service"
 )
 
-var hello = service.Key{Namespace: "default", Name: "hello"}
+var (
+	hello = service.Key{Namespace: "default", Name: "hello"}
+	svcX  = service.Key{Namespace: "default", Name: "x"}
+	svcY  = service.Key{Namespace: "default", Name: "y"}
+)
 
 // guard bounds every wait on the executor, so a bug fails the test instead
 // of hanging it. It is never what the test waits for.
@@ -33,29 +40,41 @@ type result struct {
 type harness struct {
 	t      *testing.T
 	clk    *clocktesting.FakeClock
-	b      *FakeBackend
+	b      *scalertest.Backend
 	e      *Executor
 	done   chan result
 	events chan Event
+	// targets are the services' Targets, as the autoscaler keeps them.
+	targets map[service.Key]*Target
+}
+
+// tgt returns svc's Target, made on first use.
+func (h *harness) tgt(svc service.Key) *Target {
+	t := h.targets[svc]
+	if t == nil {
+		t = NewTarget(svc)
+		h.targets[svc] = t
+	}
+	return t
 }
 
 // newHarness starts an executor on a fake clock and a fake backend. Every
 // reconcile reports on h.done, every event on h.events.
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t *testing.T, opts Config) *harness {
 	t.Helper()
 	h := &harness{
-		t:      t,
-		clk:    clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
-		b:      NewFakeBackend(),
-		done:   make(chan result, 1000),
-		events: make(chan Event, 1000),
+		t:       t,
+		clk:     clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
+		b:       scalertest.NewBackend(),
+		done:    make(chan result, 1000),
+		events:  make(chan Event, 1000),
+		targets: make(map[service.Key]*Target),
 	}
 	opts.Clock = h.clk
 	opts.OnEvent = func(ev Event) { h.events <- ev }
-	h.e = New(h.b, opts)
-	h.e.reconciled = func(svc service.Key, after time.Duration, err error) {
-		h.done <- result{svc, after, err}
-	}
+	opts.OnReconcile = func(svc service.Key, after time.Duration, err error) { h.done <- result{svc, after, err} }
+	opts.Backend = h.b
+	h.e = mustNew(t, opts)
 	h.e.Start()
 	t.Cleanup(h.e.Stop)
 	return h
@@ -76,7 +95,7 @@ func (h *harness) wait() result {
 // update gives a decision and waits for the reconcile it causes.
 func (h *harness) update(svc service.Key, d decider.Decision) result {
 	h.t.Helper()
-	h.e.Update(svc, d)
+	h.e.Update(h.tgt(svc), d)
 	return h.wait()
 }
 
@@ -119,7 +138,7 @@ func (h *harness) event(want string) {
 	}
 }
 
-func (h *harness) status(svc service.Key) Status {
+func (h *harness) status(svc service.Key) plan.Status {
 	s, ok := h.b.Get(svc)
 	if !ok {
 		h.t.Fatalf("%v not in backend", svc)
@@ -127,13 +146,22 @@ func (h *harness) status(svc service.Key) Status {
 	return s
 }
 
+func mustNew(tb testing.TB, cfg Config) *Executor {
+	tb.Helper()
+	e, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
 func scale(n int, reason string) decider.Decision {
 	return decider.Decision{Scale: n, Desired: n, ExcessBurstCapacity: 100, Reason: reason}
 }
 
 func TestDedupe(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.b.Set(hello, Status{Desired: 3, Ready: 3, Route: RoutePods})
+	h := newHarness(t, Config{})
+	h.b.Set(hello, plan.Status{Desired: 3, Ready: 3, Route: plan.RoutePods})
 
 	r := h.update(hello, scale(3, "stable"))
 	if r.err != nil || r.after != 0 {
@@ -156,11 +184,11 @@ func TestDedupe(t *testing.T) {
 }
 
 func TestCoalescesUnderSlowBackend(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h := newHarness(t, Config{})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	entered, release := make(chan struct{}), make(chan struct{})
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpSetScale && c.Replicas == 2 {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpSetScale && c.Replicas == 2 {
 			entered <- struct{}{}
 			select {
 			case <-release:
@@ -171,12 +199,12 @@ func TestCoalescesUnderSlowBackend(t *testing.T) {
 		return nil
 	})
 
-	h.e.Update(hello, scale(2, "stable"))
+	h.e.Update(h.tgt(hello), scale(2, "stable"))
 	<-entered
 	// While the backend is slow, decisions keep coming: only the newest
 	// may be applied next, and never by a second worker at once.
 	for n := 3; n <= 6; n++ {
-		h.e.Update(hello, scale(n, fmt.Sprint("tick ", n)))
+		h.e.Update(h.tgt(hello), scale(n, fmt.Sprint("tick ", n)))
 	}
 	close(release)
 	h.wait()
@@ -190,8 +218,8 @@ func TestCoalescesUnderSlowBackend(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	h := newHarness(t, Options{ChangeInterval: time.Second, ChangeBurst: 2, DownHold: -1})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h := newHarness(t, Config{Rules: plan.Rules{ChangeInterval: time.Second, ChangeBurst: 2, DownHold: -1}})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 
 	h.update(hello, scale(2, "a"))
 	h.update(hello, scale(3, "b"))
@@ -225,8 +253,8 @@ func TestRateLimit(t *testing.T) {
 
 func TestScaleFromZeroBypassesLimits(t *testing.T) {
 	// One change an hour, and a scale-down held an hour after a scale-up.
-	h := newHarness(t, Options{ChangeInterval: time.Hour, ChangeBurst: 1, DownHold: time.Hour})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RouteActivator})
+	h := newHarness(t, Config{Rules: plan.Rules{ChangeInterval: time.Hour, ChangeBurst: 1, DownHold: time.Hour}})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RouteActivator})
 
 	h.update(hello, decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"})
 	h.writes("scale default/hello 0")
@@ -245,60 +273,60 @@ func TestScaleFromZeroBypassesLimits(t *testing.T) {
 		t.Fatalf("scale-up not rate limited: after = %v", r.after)
 	}
 	// Scaled to zero by hand meanwhile: waking it does not wait either.
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
 	h.update(hello, decider.Decision{Scale: 2, NeedActivator: true, Reason: "panic"})
 	h.writes("scale default/hello 0", "scale default/hello 1", "scale default/hello 2")
 }
 
 func TestScaleToZeroWaitsForActivator(t *testing.T) {
-	h := newHarness(t, Options{})
+	h := newHarness(t, Config{})
 	h.b.SetHoldRoutes(true)
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	zero := decider.Decision{Scale: 0, NeedActivator: true, Reason: "scale to zero after 30s idle"}
 
 	// The activator is asked for; replicas stay until it is in the path.
 	r := h.update(hello, zero)
-	if r.after != DefaultRoutePoll {
-		t.Fatalf("after = %v, want the route poll %v", r.after, DefaultRoutePoll)
+	if r.after != plan.DefaultRoutePoll {
+		t.Fatalf("after = %v, want the route poll %v", r.after, plan.DefaultRoutePoll)
 	}
 	h.writes("route default/hello activator")
 	h.event("default/hello: route pods→activator (before scale to zero)")
 
 	// Not confirmed yet at the poll: still 1, and no second request.
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("route default/hello activator")
 	if s := h.status(hello); s.Desired != 1 {
 		t.Fatalf("desired = %d before the activator was confirmed", s.Desired)
 	}
 
 	h.b.ConfirmRoute(hello)
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("route default/hello activator", "scale default/hello 0")
 	h.event("default/hello: scale 1→0 (scale to zero after 30s idle)")
 }
 
 func TestZeroWaitsOutPendingSwitchToPods(t *testing.T) {
-	h := newHarness(t, Options{})
+	h := newHarness(t, Config{})
 	h.b.SetHoldRoutes(true)
 	// The activator is in effect, but a switch to the pods is pending: it
 	// would take the activator out right after a scale to zero.
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RouteActivator, Requested: RoutePods})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RouteActivator, Requested: plan.RoutePods})
 	if s := h.status(hello); s.ActivatorInPath() {
 		t.Fatal("ActivatorInPath with a switch to the pods pending")
 	}
 	zero := decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"}
-	if r := h.update(hello, zero); r.after != DefaultRoutePoll {
+	if r := h.update(hello, zero); r.after != plan.DefaultRoutePoll {
 		t.Fatalf("after = %v, want a poll", r.after)
 	}
 	h.writes("route default/hello activator")
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("route default/hello activator", "scale default/hello 0")
 }
 
 func TestRequestCancelsPendingZero(t *testing.T) {
-	h := newHarness(t, Options{})
+	h := newHarness(t, Config{})
 	h.b.SetHoldRoutes(true)
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 
 	h.update(hello, decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"})
 	h.writes("route default/hello activator")
@@ -307,20 +335,20 @@ func TestRequestCancelsPendingZero(t *testing.T) {
 	// says 1 again. Confirmation then must not lead to zero.
 	h.update(hello, decider.Decision{Scale: 1, NeedActivator: true, Reason: "poke"})
 	h.b.ConfirmRoute(hello)
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("route default/hello activator")
-	if s := h.status(hello); s.Desired != 1 || s.Route != RouteActivator {
+	if s := h.status(hello); s.Desired != 1 || s.Route != plan.RouteActivator {
 		t.Fatalf("status = %+v, want 1 replica behind the activator", s)
 	}
 }
 
 func TestNewerDecisionBeatsZeroInFlight(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RouteActivator})
+	h := newHarness(t, Config{})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RouteActivator})
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpStatus {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpStatus {
 			once.Do(func() {
 				entered <- struct{}{}
 				<-release
@@ -329,9 +357,9 @@ func TestNewerDecisionBeatsZeroInFlight(t *testing.T) {
 		return nil
 	})
 	// The zero reconcile is reading the backend when the request arrives.
-	h.e.Update(hello, decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"})
+	h.e.Update(h.tgt(hello), decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"})
 	<-entered
-	h.e.Update(hello, decider.Decision{Scale: 1, NeedActivator: true, Reason: "poke"})
+	h.e.Update(h.tgt(hello), decider.Decision{Scale: 1, NeedActivator: true, Reason: "poke"})
 	close(release)
 	h.wait()
 	h.wait()
@@ -340,10 +368,10 @@ func TestNewerDecisionBeatsZeroInFlight(t *testing.T) {
 }
 
 func TestDirectToPodsOnlyOnceReady(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpSetRoute && c.Route == RoutePods {
+	h := newHarness(t, Config{})
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpSetRoute && c.Route == plan.RoutePods {
 			if s, _ := h.b.Get(c.Service); s.Ready == 0 {
 				t.Errorf("activator taken out of the path with no ready pod: %+v", s)
 			}
@@ -354,14 +382,14 @@ func TestDirectToPodsOnlyOnceReady(t *testing.T) {
 
 	r := h.update(hello, direct)
 	h.writes("scale default/hello 2")
-	if r.after != DefaultRoutePoll {
+	if r.after != plan.DefaultRoutePoll {
 		t.Fatalf("after = %v, want a poll for ready pods", r.after)
 	}
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("scale default/hello 2")
 
 	h.b.SetReady(hello, 1)
-	h.step(DefaultRoutePoll)
+	h.step(plan.DefaultRoutePoll)
 	h.writes("scale default/hello 2", "route default/hello pods")
 	h.event("default/hello: scale 0→2 (stable)")
 	h.event("default/hello: route activator→pods (excess burst capacity 50)")
@@ -373,9 +401,9 @@ func TestDirectToPodsOnlyOnceReady(t *testing.T) {
 }
 
 func TestResyncOnBackendChange(t *testing.T) {
-	h := newHarness(t, Options{RoutePoll: time.Hour})
-	h.b.OnChange(h.e.Resync)
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
+	h := newHarness(t, Config{Rules: plan.Rules{RoutePoll: time.Hour}})
+	h.b.OnChange(func(k service.Key) { h.e.Resync(h.tgt(k)) })
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
 	h.wait() // the Set itself: no decision yet, nothing done
 	h.update(hello, decider.Decision{Scale: 1, ExcessBurstCapacity: 10})
 	// A pod becomes ready: the backend says so, no poll needed.
@@ -385,8 +413,8 @@ func TestResyncOnBackendChange(t *testing.T) {
 }
 
 func TestAntiThrash(t *testing.T) {
-	h := newHarness(t, Options{DownHold: 10 * time.Second, ChangeInterval: -1})
-	h.b.Set(hello, Status{Desired: 2, Ready: 2, Route: RoutePods})
+	h := newHarness(t, Config{Rules: plan.Rules{DownHold: 10 * time.Second, ChangeInterval: -1}})
+	h.b.Set(hello, plan.Status{Desired: 2, Ready: 2, Route: plan.RoutePods})
 
 	h.update(hello, scale(4, "up"))
 	// Down right after up is held for DownHold, then the newest decision
@@ -419,8 +447,8 @@ func TestAntiThrash(t *testing.T) {
 // TestHeldChangeKeepsItsReason: a change held by DownHold is reported with
 // the reason of the decision that asked for it, not of the latest one.
 func TestHeldChangeKeepsItsReason(t *testing.T) {
-	h := newHarness(t, Options{DownHold: 10 * time.Second, ChangeInterval: -1})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods, Requested: RoutePods})
+	h := newHarness(t, Config{Rules: plan.Rules{DownHold: 10 * time.Second, ChangeInterval: -1}})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods, Requested: plan.RoutePods})
 	h.update(hello, scale(3, "up"))
 	h.event("default/hello: scale 1→3 (up)")
 	if r := h.update(hello, scale(1, "stable at target 70")); r.after != 10*time.Second {
@@ -433,38 +461,38 @@ func TestHeldChangeKeepsItsReason(t *testing.T) {
 }
 
 func TestManualChangeOverwritten(t *testing.T) {
-	h := newHarness(t, Options{})
-	h.b.Set(hello, Status{Desired: 3, Ready: 3, Route: RoutePods})
+	h := newHarness(t, Config{})
+	h.b.Set(hello, plan.Status{Desired: 3, Ready: 3, Route: plan.RoutePods})
 	h.update(hello, scale(3, "stable"))
 	h.writes()
 
 	// Someone runs `kubectl scale --replicas=7`: the next decision puts
 	// it back, saying so.
-	h.b.Set(hello, Status{Desired: 7, Ready: 7, Route: RoutePods})
+	h.b.Set(hello, plan.Status{Desired: 7, Ready: 7, Route: plan.RoutePods})
 	h.update(hello, scale(3, "stable"))
 	h.writes("scale default/hello 3")
 	h.event("default/hello: scale 7→3 (stable; replicas had been set to 7 outside the autoscaler)")
 
 	// By hand to zero: it is a wake-up, applied at once.
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
 	h.update(hello, scale(3, "stable"))
 	h.writes("scale default/hello 3", "scale default/hello 3")
 }
 
 func TestRetriesWithBackoff(t *testing.T) {
 	// One worker, so a FIFO queue makes the order of reconciles certain.
-	h := newHarness(t, Options{Workers: 1, RetryBase: 100 * time.Millisecond, RetryMax: 400 * time.Millisecond})
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
-	h.b.Set(svcA, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h := newHarness(t, Config{Workers: 1, RetryBase: 100 * time.Millisecond, RetryMax: 400 * time.Millisecond})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
+	h.b.Set(svcX, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	boom := errors.New("boom")
 	var failing atomic.Bool
 	failing.Store(true)
 	var statusCalls atomic.Int32
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpStatus {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpStatus {
 			statusCalls.Add(1)
 		}
-		if c.Op == OpSetScale && failing.Load() {
+		if c.Op == scalertest.OpSetScale && failing.Load() {
 			return boom
 		}
 		return nil
@@ -478,8 +506,8 @@ func TestRetriesWithBackoff(t *testing.T) {
 
 	// A new decision while backing off waits for the retry: the next
 	// reconcile is another service's, given later.
-	h.e.Update(hello, scale(4, "stable"))
-	if r := h.update(svcA, scale(1, "stable")); r.svc != svcA {
+	h.e.Update(h.tgt(hello), scale(4, "stable"))
+	if r := h.update(svcX, scale(1, "stable")); r.svc != svcX {
 		t.Fatalf("%v reconciled during its backoff", r.svc)
 	}
 	for _, want := range []time.Duration{200, 400, 400} {
@@ -497,12 +525,12 @@ func TestRetriesWithBackoff(t *testing.T) {
 }
 
 func TestWakeSkipsBackoff(t *testing.T) {
-	h := newHarness(t, Options{RetryBase: time.Hour})
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
+	h := newHarness(t, Config{RetryBase: time.Hour})
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
 	var fail atomic.Bool
 	fail.Store(true)
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpSetScale && fail.Load() {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpSetScale && fail.Load() {
 			return errors.New("conflict")
 		}
 		return nil
@@ -517,7 +545,7 @@ func TestWakeSkipsBackoff(t *testing.T) {
 }
 
 func TestUnknownService(t *testing.T) {
-	h := newHarness(t, Options{})
+	h := newHarness(t, Config{})
 	r := h.update(hello, scale(1, "stable"))
 	if !errors.Is(r.err, ErrNotFound) {
 		t.Fatalf("err = %v, want ErrNotFound", r.err)
@@ -530,12 +558,12 @@ func TestUnknownService(t *testing.T) {
 
 func TestConcurrentAcrossServicesBounded(t *testing.T) {
 	const workers = 3
-	h := newHarness(t, Options{Workers: workers})
+	h := newHarness(t, Config{Workers: workers})
 	var inFlight, peak atomic.Int32
 	entered := make(chan service.Key, 10)
 	release := make(chan struct{})
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op != OpSetScale {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op != scalertest.OpSetScale {
 			return nil
 		}
 		n := inFlight.Add(1)
@@ -553,10 +581,10 @@ func TestConcurrentAcrossServicesBounded(t *testing.T) {
 	for i := range 5 {
 		svc := service.Key{Namespace: "default", Name: fmt.Sprint("s", i)}
 		svcs = append(svcs, svc)
-		h.b.Set(svc, Status{Desired: 1, Ready: 1, Route: RoutePods})
+		h.b.Set(svc, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	}
 	for _, svc := range svcs {
-		h.e.Update(svc, scale(2, "stable"))
+		h.e.Update(h.tgt(svc), scale(2, "stable"))
 	}
 	// As many slow calls at once as there are workers: services do not
 	// wait for each other...
@@ -583,44 +611,43 @@ func TestConcurrentAcrossServicesBounded(t *testing.T) {
 }
 
 func TestUrgentWakeJumpsTheQueue(t *testing.T) {
-	h := newHarness(t, Options{Workers: 1})
+	h := newHarness(t, Config{Workers: 1})
 	entered, release := make(chan struct{}), make(chan struct{})
-	h.b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpSetScale && c.Service == svcA {
+	h.b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpSetScale && c.Service == svcX {
 			entered <- struct{}{}
 			<-release
 		}
 		return nil
 	})
-	for _, svc := range []service.Key{svcA, svcB, hello} {
-		h.b.Set(svc, Status{Desired: 1, Ready: 1, Route: RouteActivator})
+	for _, svc := range []service.Key{svcX, svcY, hello} {
+		h.b.Set(svc, plan.Status{Desired: 1, Ready: 1, Route: plan.RouteActivator})
 	}
-	h.b.Set(hello, Status{Desired: 0, Route: RouteActivator})
+	h.b.Set(hello, plan.Status{Desired: 0, Route: plan.RouteActivator})
 	// Learn that hello is at zero.
 	h.update(hello, decider.Decision{Scale: 0, NeedActivator: true})
 
-	h.e.Update(svcA, scale(2, "stable")) // occupies the only worker
+	h.e.Update(h.tgt(svcX), scale(2, "stable")) // occupies the only worker
 	<-entered
-	h.e.Update(svcB, scale(2, "stable"))
-	h.e.Update(hello, decider.Decision{Scale: 1, NeedActivator: true, Reason: "poke"})
+	h.e.Update(h.tgt(svcY), scale(2, "stable"))
+	h.e.Update(h.tgt(hello), decider.Decision{Scale: 1, NeedActivator: true, Reason: "poke"})
 	close(release)
 	var order []service.Key
 	for range 3 {
 		order = append(order, h.wait().svc)
 	}
-	if want := []service.Key{svcA, hello, svcB}; !reflect.DeepEqual(order, want) {
+	if want := []service.Key{svcX, hello, svcY}; !reflect.DeepEqual(order, want) {
 		t.Fatalf("order %v, want %v", order, want)
 	}
 }
 
 func TestDecisionsBeforeStart(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	b := NewFakeBackend()
-	b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	b := scalertest.NewBackend()
+	b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	done := make(chan struct{}, 1)
-	e := New(b, Options{Clock: clk})
-	e.reconciled = func(service.Key, time.Duration, error) { done <- struct{}{} }
-	e.Update(hello, scale(2, "early"))
+	e := mustNew(t, Config{Backend: b, Clock: clk, OnReconcile: func(service.Key, time.Duration, error) { done <- struct{}{} }})
+	e.Update(NewTarget(hello), scale(2, "early"))
 	e.Start()
 	defer e.Stop()
 	select {
@@ -634,18 +661,18 @@ func TestDecisionsBeforeStart(t *testing.T) {
 }
 
 func TestForget(t *testing.T) {
-	h := newHarness(t, Options{})
+	h := newHarness(t, Config{})
 	h.b.SetHoldRoutes(true)
-	h.b.Set(hello, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	h.update(hello, decider.Decision{Scale: 0, NeedActivator: true})
 	if !h.clk.HasWaiters() {
 		t.Fatal("no poll scheduled")
 	}
-	h.e.Forget(hello)
+	h.e.Forget(h.tgt(hello))
 	if h.clk.HasWaiters() {
 		t.Fatal("Forget left a timer")
 	}
-	h.e.Resync(hello) // no decision any more: nothing to do
+	h.e.Resync(h.tgt(hello)) // no decision any more: nothing to do
 	h.wait()
 	h.writes("route default/hello activator")
 }
@@ -653,14 +680,14 @@ func TestForget(t *testing.T) {
 func TestStopWaitsForWorkersAndLeaksNothing(t *testing.T) {
 	base := runtime.NumGoroutine()
 	clk := clocktesting.NewFakeClock(time.Now())
-	b := NewFakeBackend()
+	b := scalertest.NewBackend()
 	b.SetHoldRoutes(true)
-	b.Set(svcA, Status{Desired: 1, Ready: 1, Route: RoutePods})
-	b.Set(svcB, Status{Desired: 1, Ready: 1, Route: RoutePods})
+	b.Set(svcX, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
+	b.Set(svcY, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
 	entered := make(chan struct{})
 	var cancelled atomic.Bool
-	b.SetHook(func(ctx context.Context, c Call) error {
-		if c.Op == OpSetScale && c.Service == svcA {
+	b.SetHook(func(ctx context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpSetScale && c.Service == svcX {
 			close(entered)
 			<-ctx.Done() // a backend call that never returns on its own
 			cancelled.Store(true)
@@ -669,12 +696,12 @@ func TestStopWaitsForWorkersAndLeaksNothing(t *testing.T) {
 		return nil
 	})
 	done := make(chan struct{}, 10)
-	e := New(b, Options{Clock: clk, Workers: 4})
-	e.reconciled = func(service.Key, time.Duration, error) { done <- struct{}{} }
+	e := mustNew(t, Config{Backend: b, Clock: clk, Workers: 4, OnReconcile: func(service.Key, time.Duration, error) { done <- struct{}{} }})
 	e.Start()
-	e.Update(svcB, decider.Decision{Scale: 0, NeedActivator: true}) // leaves a poll timer
+	tx, ty := NewTarget(svcX), NewTarget(svcY)
+	e.Update(ty, decider.Decision{Scale: 0, NeedActivator: true}) // leaves a poll timer
 	<-done
-	e.Update(svcA, scale(5, "stable"))
+	e.Update(tx, scale(5, "stable"))
 	<-entered
 
 	stopped := make(chan struct{})
@@ -690,8 +717,8 @@ func TestStopWaitsForWorkersAndLeaksNothing(t *testing.T) {
 	if clk.HasWaiters() {
 		t.Fatal("Stop left timers")
 	}
-	e.Update(svcA, scale(6, "late")) // ignored, no panic
-	e.Stop()                         // idempotent
+	e.Update(tx, scale(6, "late")) // ignored, no panic
+	e.Stop()                       // idempotent
 
 	// Workers have returned (Stop waited for them); allow the runtime a
 	// moment to reap the exiting goroutines.
@@ -710,7 +737,7 @@ func TestEventString(t *testing.T) {
 		want string
 	}{
 		{Event{Service: hello, Kind: EventScale, From: 0, To: 1, Reason: "poke"}, "default/hello: scale 0→1 (poke)"},
-		{Event{Service: hello, Kind: EventRoute, FromRoute: RoutePods, ToRoute: RouteActivator, Reason: "before scale to zero"},
+		{Event{Service: hello, Kind: EventRoute, FromRoute: plan.RoutePods, ToRoute: plan.RouteActivator, Reason: "before scale to zero"},
 			"default/hello: route pods→activator (before scale to zero)"},
 		{Event{Service: hello, Kind: EventError, Err: errors.New("set scale to 3: boom"), RetryIn: 400 * time.Millisecond},
 			"default/hello: error: set scale to 3: boom (retry in 400ms)"},

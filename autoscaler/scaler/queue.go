@@ -1,10 +1,6 @@
 package scaler
 
-import (
-	"sync"
-
-	"github.com/swell-run/swell/pkg/service"
-)
+import "sync"
 
 // queue is a keyed work queue that coalesces: a key waits in it at most
 // once however often it is added, and a key being processed is never handed
@@ -24,8 +20,8 @@ type queue struct {
 	// while dirty[key] names its lane; promotion to urgent leaves a stale
 	// entry behind in the normal lane, skipped when reached.
 	lanes      [2]fifo
-	dirty      map[service.Key]lane
-	processing map[service.Key]struct{}
+	dirty      map[*Target]lane
+	processing map[*Target]struct{}
 	shutdown   bool
 }
 
@@ -37,18 +33,18 @@ const (
 )
 
 type fifo struct {
-	items []service.Key
+	items []*Target
 	head  int
 }
 
-func (f *fifo) push(k service.Key) { f.items = append(f.items, k) }
+func (f *fifo) push(k *Target) { f.items = append(f.items, k) }
 
-func (f *fifo) pop() (service.Key, bool) {
+func (f *fifo) pop() (*Target, bool) {
 	if f.head == len(f.items) {
-		return service.Key{}, false
+		return nil, false
 	}
 	k := f.items[f.head]
-	f.items[f.head] = service.Key{}
+	f.items[f.head] = nil
 	f.head++
 	if f.head == len(f.items) {
 		f.items, f.head = f.items[:0], 0
@@ -58,15 +54,15 @@ func (f *fifo) pop() (service.Key, bool) {
 
 func newQueue() *queue {
 	q := &queue{
-		dirty:      make(map[service.Key]lane),
-		processing: make(map[service.Key]struct{}),
+		dirty:      make(map[*Target]lane),
+		processing: make(map[*Target]struct{}),
 	}
 	q.cond.L = &q.mu
 	return q
 }
 
 // add marks k as needing work, in the urgent lane if urgent.
-func (q *queue) add(k service.Key, urgent bool) {
+func (q *queue) add(k *Target, urgent bool) {
 	l := laneNormal
 	if urgent {
 		l = laneUrgent
@@ -96,12 +92,12 @@ func (q *queue) add(k service.Key, urgent bool) {
 
 // get blocks until a key is ready or the queue is shut down (ok false).
 // The caller must call done(k) when finished with it.
-func (q *queue) get() (k service.Key, ok bool) {
+func (q *queue) get() (k *Target, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for {
 		if q.shutdown {
-			return service.Key{}, false
+			return nil, false
 		}
 		for l := laneUrgent; l <= laneNormal; l++ {
 			for {
@@ -125,7 +121,7 @@ func (q *queue) get() (k service.Key, ok bool) {
 }
 
 // done releases k; if it was added while processed, it is queued again.
-func (q *queue) done(k service.Key) {
+func (q *queue) done(k *Target) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.processing, k)
@@ -137,7 +133,7 @@ func (q *queue) done(k service.Key) {
 
 // pending says whether k has been added since it was last handed out: a
 // newer decision is waiting.
-func (q *queue) pending(k service.Key) bool {
+func (q *queue) pending(k *Target) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	_, ok := q.dirty[k]
@@ -145,7 +141,7 @@ func (q *queue) pending(k service.Key) bool {
 }
 
 // forget drops k if it is waiting (not if it is being processed).
-func (q *queue) forget(k service.Key) {
+func (q *queue) forget(k *Target) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(q.dirty, k) // its lane entry becomes stale

@@ -7,13 +7,13 @@ import (
 )
 
 var (
-	svcA = service.Key{Namespace: "default", Name: "a"}
-	svcB = service.Key{Namespace: "default", Name: "b"}
-	svcC = service.Key{Namespace: "default", Name: "c"}
+	svcA = NewTarget(service.Key{Namespace: "default", Name: "a"})
+	svcB = NewTarget(service.Key{Namespace: "default", Name: "b"})
+	svcC = NewTarget(service.Key{Namespace: "default", Name: "c"})
 )
 
 // get pops without blocking; the test fails if the queue is empty.
-func mustGet(t *testing.T, q *queue, want service.Key) {
+func mustGet(t *testing.T, q *queue, want *Target) {
 	t.Helper()
 	q.mu.Lock()
 	empty := true
@@ -24,11 +24,11 @@ func mustGet(t *testing.T, q *queue, want service.Key) {
 	}
 	q.mu.Unlock()
 	if empty {
-		t.Fatalf("queue empty, want %v", want)
+		t.Fatalf("queue empty, want %v", want.Key())
 	}
 	got, ok := q.get()
 	if !ok || got != want {
-		t.Fatalf("get = %v, %v; want %v", got, ok, want)
+		t.Fatalf("get = %v, %v; want %v", got.Key(), ok, want.Key())
 	}
 }
 

@@ -222,13 +222,5 @@ func timeLabel(t int) string {
 	if t == 0 {
 		return "0"
 	}
-	s := (time.Duration(t) * time.Second).String()
-	// 5m0s reads better as 5m, 1h0m0s as 1h.
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return autoscaling.FormatDuration(time.Duration(t) * time.Second)
 }

@@ -4,7 +4,8 @@ import "time"
 
 // eventKind orders events that fall on the same instant: a second closes
 // before anything at its end counts toward the next one, completions and
-// pods becoming ready are seen by a tick at the same instant, and arrivals
+// pods becoming ready are seen by a tick at the same instant, the
+// executor's scheduled look at a service comes after the tick, and arrivals
 // (which are not in the heap) come last.
 type eventKind uint8
 
@@ -14,6 +15,7 @@ const (
 	evReady
 	evRoute
 	evTick
+	evRecheck
 )
 
 // event is a scheduled happening. Events that may be superseded (a pod's

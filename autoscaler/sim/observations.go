@@ -138,7 +138,8 @@ func ReplayObservations(w io.Writer, rows []Observation, spec autoscaling.Spec, 
 		return fmt.Errorf("autoscaling spec: %w", err)
 	}
 	if initialReady < 0 {
-		return fmt.Errorf("initial ready pods %d: accepted is 0 or more", initialReady)
+		return &autoscaling.Error{Key: KeyInitialReady, Name: KeyInitialReady, Value: strconv.Itoa(initialReady),
+			Problem: "is negative", Accepted: "a number of pods of 0 or more"}
 	}
 	var b bytes.Buffer
 	b.WriteString(DecisionsHeader)

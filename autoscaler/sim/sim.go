@@ -1,9 +1,10 @@
 // Package sim replays traffic through the autoscaler's real decision core —
-// the engine's metric windows, the deciders and their guard rails — on a
-// virtual clock, with a model of pods and of the activator, so that an hour
-// of traffic shows in seconds what a policy would cost and how long
-// requests would wait. It also replays recorded decider inputs
-// (ReplayObservations). It does no I/O beyond the writers it is given.
+// the engine's metric windows, the deciders and their guard rails — and the
+// executor's real rules (package plan) on a virtual clock, with a model of
+// pods and of the activator, so that an hour of traffic shows in seconds
+// what a policy would cost and how long requests would wait. It also
+// replays recorded decider inputs (ReplayObservations). It does no I/O
+// beyond the writers it is given.
 //
 // The model, in brief (docs/sim.md has the whole of it):
 //
@@ -18,9 +19,15 @@
 //     requests in service share it (processor sharing): with n > Capacity,
 //     each progresses at Capacity/n of full speed.
 //   - Every tick the engine decides; a request arriving while no pod is
-//     ready and none is wanted pokes it for an immediate decision. A
-//     decision starts pods (ready after the startup delay) or stops them:
-//     a stopping pod takes no new request and finishes what it holds.
+//     ready and none is wanted pokes it for an immediate decision. Each
+//     decision is applied as the executor applies it, by plan.Rules: the
+//     activator into the path first, zero only once it is there, scale-downs
+//     held after a scale-up, changes rate-limited, the activator out of the
+//     path only once a pod is ready. A change the rules hold is looked at
+//     again when they say, and whenever a pod becomes ready or a route
+//     switch takes effect. Scaling starts pods (ready after the startup
+//     delay) or stops them: a stopping pod takes no new request and
+//     finishes what it holds.
 //   - Each second the engine gets one sample, as the real collector would
 //     record it: the time-weighted average number of requests in the
 //     system (queued at the activator or a queue-proxy, or in service) and
@@ -31,24 +38,21 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/swell-run/swell/autoscaler/decider"
 	"github.com/swell-run/swell/autoscaler/engine"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/pkg/autoscaling"
-	"github.com/swell-run/swell/pkg/service"
 )
 
 // Epoch is the virtual clock's origin: time 0 of every simulation. Any
 // instant would do; a fixed one keeps runs reproducible.
 var Epoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// Key is the simulated service's name in the engine.
-var Key = service.Key{Namespace: "sim", Name: "service"}
 
 // PodModel describes how the simulated pods behave.
 type PodModel struct {
@@ -73,7 +77,10 @@ type Config struct {
 	// Tick is how often the engine decides (the autoscaler's
 	// tick-interval).
 	Tick time.Duration
-	Pods PodModel
+	// Rules are the executor's rules the decisions are applied by; zero
+	// fields take the autoscaler's defaults (plan.Rules.WithDefaults).
+	Rules plan.Rules
+	Pods  PodModel
 	// QueueLimit bounds the activator's queue and each queue-proxy's: a
 	// request arriving at a full queue is rejected. 0 means unbounded.
 	QueueLimit int
@@ -120,7 +127,8 @@ type Second struct {
 	// and all that exist (starting, ready and stopping).
 	Ready, Pods int
 	// ActivatorInPath says traffic reached the service through the
-	// activator at the end of the second.
+	// activator at the end of the second: the route in effect, or no pod
+	// ready.
 	ActivatorInPath bool
 	// ActivatorQueue and PodQueue are the requests waiting at the end of
 	// the second: at the activator, and at the pods' queue-proxies.
@@ -180,7 +188,7 @@ type Result struct {
 // Run simulates cfg with the requests of src and returns the outcome. It
 // stops early, with ctx's error, when ctx is done.
 func Run(ctx context.Context, cfg Config, src Source) (*Result, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := newSim(cfg, src)
@@ -190,29 +198,62 @@ func Run(ctx context.Context, cfg Config, src Source) (*Result, error) {
 	return s.result(), nil
 }
 
-func (c Config) validate() error {
+// The names of Config's settings in errors: those of `swell sim`'s flags.
+const (
+	KeyTick             = "tick-interval"
+	KeyPodStartup       = "pod-startup"
+	KeyPodStartupJitter = "pod-startup-jitter"
+	KeyPodCapacity      = "pod-capacity"
+	KeyQueueLimit       = "queue-limit"
+	KeyRouteDelay       = "route-delay"
+	KeyInitialReady     = "initial-ready"
+	KeyDuration         = "duration"
+)
+
+// Validate reports every setting out of bounds at once, each as an
+// *autoscaling.Error whose Key is one of the Key constants, joined with
+// the spec's own problems.
+func (c Config) Validate() error {
+	var errs []error
 	if err := c.Spec.Validate(); err != nil {
-		return fmt.Errorf("autoscaling spec: %w", err)
+		errs = append(errs, err)
 	}
-	switch {
-	case c.Tick <= 0:
-		return fmt.Errorf("tick %s: accepted is a positive duration", c.Tick)
-	case c.Pods.StartupDelay < 0:
-		return fmt.Errorf("pod startup delay %s: accepted is a duration of 0 or more", c.Pods.StartupDelay)
-	case c.Pods.StartupJitter < 0:
-		return fmt.Errorf("pod startup jitter %s: accepted is a duration of 0 or more", c.Pods.StartupJitter)
-	case c.Pods.Capacity < 0:
-		return fmt.Errorf("pod capacity %d: accepted is 0 (containerConcurrency, or unlimited) or more", c.Pods.Capacity)
-	case c.QueueLimit < 0:
-		return fmt.Errorf("queue limit %d: accepted is 0 (unbounded) or more", c.QueueLimit)
-	case c.RouteDelay < 0:
-		return fmt.Errorf("route delay %s: accepted is a duration of 0 or more", c.RouteDelay)
-	case c.InitialReady < 0:
-		return fmt.Errorf("initial ready pods %d: accepted is 0 or more", c.InitialReady)
-	case c.Duration < 0:
-		return fmt.Errorf("duration %s: accepted is 0 (until the traffic ends) or more", c.Duration)
+	bad := func(key, value, problem, accepted string) {
+		errs = append(errs, &autoscaling.Error{Key: key, Name: key, Value: value, Problem: problem, Accepted: accepted})
 	}
-	return nil
+	durations := []struct {
+		key      string
+		d        time.Duration
+		accepted string
+	}{
+		{KeyPodStartup, c.Pods.StartupDelay, "a duration of 0 or more, such as 2s"},
+		{KeyPodStartupJitter, c.Pods.StartupJitter, "a duration of 0 or more, such as 1s"},
+		{KeyRouteDelay, c.RouteDelay, "a duration of 0 or more, such as 500ms"},
+		{KeyDuration, c.Duration, "0 (until the traffic ends) or a positive duration, such as 30m"},
+	}
+	if c.Tick <= 0 {
+		bad(KeyTick, c.Tick.String(), "is not positive", "a positive duration, such as 2s")
+	}
+	for _, d := range durations {
+		if d.d < 0 {
+			bad(d.key, d.d.String(), "is negative", d.accepted)
+		}
+	}
+	counts := []struct {
+		key      string
+		n        int
+		accepted string
+	}{
+		{KeyPodCapacity, c.Pods.Capacity, "0 (the container concurrency, or unlimited) or a number of requests"},
+		{KeyQueueLimit, c.QueueLimit, "0 (unbounded) or a number of requests"},
+		{KeyInitialReady, c.InitialReady, "a number of pods of 0 or more"},
+	}
+	for _, n := range counts {
+		if n.n < 0 {
+			bad(n.key, strconv.Itoa(n.n), "is negative", n.accepted)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // podState is where a pod is in its life.
@@ -255,7 +296,10 @@ type sim struct {
 	cfg      Config
 	cc       int // the pods' hard limit, 0 for none
 	capacity int // requests a pod serves at full speed, 0 for no limit
-	eng      *engine.Engine
+	eng      *engine.Service
+	rules    plan.Rules
+	mem      plan.Memory
+	actions  [2]plan.Action
 	src      Source
 	next     Request
 	srcDone  bool
@@ -278,7 +322,13 @@ type sim struct {
 	routeWant      bool // the route last asked for
 	routeVersion   uint64
 
-	last decider.Decision
+	// last is the latest decision; the executor applies it until the next.
+	last    decider.Decision
+	decided bool
+	// recheckAt is when the executor looks at the service again, if
+	// recheckVersion is the version of the event scheduled for it.
+	recheckAt      time.Duration
+	recheckVersion uint64
 	// zeroWithRequests counts scales to zero applied with requests in the
 	// system, which no decision may do; tests check it stays 0.
 	zeroWithRequests int
@@ -296,16 +346,13 @@ type sim struct {
 	waits     []time.Duration
 	latencies []time.Duration
 	latSum    float64
-
-	inputsFn func(service.Key) engine.Inputs
-	applyFn  func(service.Key, decider.Decision)
 }
 
 func newSim(cfg Config, src Source) *sim {
 	s := &sim{
 		cfg:     cfg,
 		cc:      cfg.Spec.ContainerConcurrency,
-		eng:     engine.New(),
+		rules:   cfg.Rules.WithDefaults(),
 		src:     src,
 		horizon: cfg.Duration,
 		jitter:  rand.New(rand.NewPCG(cfg.Seed, 0x9057_ab1e)),
@@ -315,8 +362,6 @@ func newSim(cfg Config, src Source) *sim {
 		s.capacity = s.cc
 	}
 	s.sum.Class = cfg.Spec.Class
-	s.inputsFn = func(service.Key) engine.Inputs { return s.inputs(false) }
-	s.applyFn = func(_ service.Key, d decider.Decision) { s.apply(d) }
 	return s
 }
 
@@ -341,12 +386,13 @@ func (s *sim) pull() {
 }
 
 func (s *sim) run(ctx context.Context) error {
-	s.eng.Upsert(Key, s.cfg.Spec, Epoch, s.cfg.InitialReady)
+	s.eng = engine.New(s.cfg.Spec, Epoch, s.cfg.InitialReady)
 	for range s.cfg.InitialReady {
 		p := s.newPod()
 		p.state = podReady
 		s.ready++
 	}
+	s.scale = s.cfg.InitialReady
 	s.routeActivator = s.cfg.InitialReady == 0
 	s.routeWant = s.routeActivator
 	s.events.push(event{at: 0, kind: evTick})
@@ -378,15 +424,22 @@ func (s *sim) run(ctx context.Context) error {
 			}
 		case evTick:
 			s.sum.Ticks++
-			s.eng.Tick(s.inputsFn, s.applyFn)
+			s.apply(s.eng.Decide(s.inputs(false)))
 			s.events.push(event{at: s.now + s.cfg.Tick, kind: evTick})
 		case evCompletion:
 			s.complete(e.pod, e.version)
 		case evReady:
-			s.podReady(e.pod)
+			if s.podReady(e.pod) {
+				s.recheck() // the backend's change resyncs the executor
+			}
 		case evRoute:
-			if e.version == s.routeVersion {
+			if e.version == s.routeVersion && s.routeActivator != s.routeWant {
 				s.routeActivator = s.routeWant
+				s.recheck()
+			}
+		case evRecheck:
+			if e.version == s.recheckVersion {
+				s.recheck()
 			}
 		}
 	}
@@ -410,7 +463,7 @@ func (s *sim) closeSecond() (done bool) {
 	// second of its round — the end of the second measured — so a tick
 	// right after reads it; zeros included, which keep the window's
 	// history going.
-	s.eng.Record(Key, engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals)})
+	s.eng.Record(engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals)})
 	d := &s.last
 	row := Second{
 		T:               len(s.timeline),
@@ -444,21 +497,65 @@ func (s *sim) closeSecond() (done bool) {
 
 func (s *sim) throughActivator() bool { return s.routeActivator || s.ready == 0 }
 
+// status is the service's state as a backend would report it to the
+// autoscaler: the replicas asked for, the ready pods, the route in effect
+// (the activator whenever no pod is ready, as a routed Service's endpoints
+// are never left empty) and the route asked for.
+func (s *sim) status() plan.Status {
+	st := plan.Status{Desired: s.scale, Ready: s.ready, Route: plan.RoutePods, Requested: plan.RoutePods}
+	if s.throughActivator() {
+		st.Route = plan.RouteActivator
+	}
+	if s.routeWant {
+		st.Requested = plan.RouteActivator
+	}
+	return st
+}
+
 func (s *sim) inputs(poked bool) engine.Inputs {
 	return engine.Inputs{
 		Now:              s.at(),
 		Ready:            s.ready,
-		ActivatorInPath:  s.throughActivator(),
+		ActivatorInPath:  s.status().ActivatorInPath(),
 		ActivatorPending: s.activatorHeld,
 		Poked:            poked,
 	}
 }
 
-// apply carries out a decision: the route it asks for, and its scale.
+// apply hands a decision to the executor, which applies it at once.
 func (s *sim) apply(d decider.Decision) {
-	s.last = d
-	s.setRoute(d.NeedActivator)
-	s.scaleTo(d.Scale)
+	s.last, s.decided = d, true
+	s.recheck()
+}
+
+// recheck is one reconcile of the executor: the latest decision applied to
+// the state as it is now, by the rules, with the actions they return made
+// at once and the next look scheduled when they ask for one.
+func (s *sim) recheck() {
+	if !s.decided {
+		return
+	}
+	now := s.at()
+	step := s.rules.Next(&s.mem, s.status(), s.last, now, false, s.actions[:0])
+	for _, a := range step.Actions {
+		switch a.Kind {
+		case plan.SetRoute:
+			s.setRoute(a.ToRoute == plan.RouteActivator)
+		case plan.SetScale:
+			s.scaleTo(a.To)
+		}
+		s.mem.Done(a, now)
+	}
+	if step.After > 0 {
+		at := s.now + step.After
+		// As the executor's timer: an earlier look already scheduled stands.
+		if s.recheckAt > s.now && s.recheckAt <= at {
+			return
+		}
+		s.recheckVersion++
+		s.recheckAt = at
+		s.events.push(event{at: at, kind: evRecheck, version: s.recheckVersion})
+	}
 }
 
 func (s *sim) setRoute(viaActivator bool) {
@@ -494,9 +591,7 @@ func (s *sim) arrive(in Request) {
 	// further requests just wait for them.
 	if cold && s.scale == 0 {
 		s.sum.Pokes++
-		if d, ok := s.eng.Decide(Key, s.inputs(true)); ok {
-			s.apply(d)
-		}
+		s.apply(s.eng.Decide(s.inputs(true)))
 	}
 }
 
@@ -674,15 +769,17 @@ func (s *sim) newPod() *pod {
 	return p
 }
 
-func (s *sim) podReady(p *pod) {
+// podReady makes p ready and reports whether it was still wanted.
+func (s *sim) podReady(p *pod) bool {
 	if p.state != podStarting {
-		return // stopped before it was ready
+		return false // stopped before it was ready
 	}
 	p.state = podReady
 	s.ready++
 	s.sum.MaxReady = max(s.sum.MaxReady, s.ready)
 	s.fill(p)
 	s.schedule(p)
+	return true
 }
 
 // scaleTo starts or stops pods so that n are starting or ready.

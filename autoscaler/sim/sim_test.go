@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"flag"
 	"io"
 	"reflect"
@@ -37,7 +38,7 @@ func config(spec autoscaling.Spec) Config {
 // run simulates and also returns the simulation's internals.
 func run(t *testing.T, cfg Config, src Source) (*Result, *sim) {
 	t.Helper()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	s := newSim(cfg, src)
@@ -236,8 +237,9 @@ func TestOnOffScalesToZeroAndColdStartsAgain(t *testing.T) {
 func TestRouteDelay(t *testing.T) {
 	// target-burst-capacity 0 takes the activator out of the path once a
 	// pod is up. The service starts with no pod, so through the activator;
-	// the first tick (0s) asks for a pod (ready at 2s) and for the route
-	// to the pods, which a route delay of 3s makes take effect at 3s.
+	// the first tick (0s) asks for a pod (ready at 2s). As the executor
+	// does, the route to the pods is asked for only once the pod is ready,
+	// and a route delay of 3s makes it take effect at 5s.
 	spec := specOf(t, 0, "--min-scale", "1", "--target-burst-capacity", "0")
 	cfg := config(spec)
 	cfg.RouteDelay = 3 * time.Second
@@ -247,11 +249,58 @@ func TestRouteDelay(t *testing.T) {
 	for _, r := range res.Timeline {
 		path = append(path, r.ActivatorInPath)
 	}
-	// Each row is the state at the second's end: no pod ready at 1s and
-	// 2s (its readiness at 2s counts from 2s on), the old route at 3s.
-	want := []bool{true, true, true, false, false, false}
+	// Each row is the state at the second's end; a change at an instant
+	// counts from that instant on, so the row ending at 5s still has the
+	// activator.
+	want := []bool{true, true, true, true, true, false}
 	if !reflect.DeepEqual(path, want) {
 		t.Errorf("activator in the path per second %v, want %v", path, want)
+	}
+}
+
+// TestExecutorRulesApply: the simulator applies decisions by the
+// executor's rules, as the autoscaler does. A burst at 30s scales up; the
+// scale-down after it waits out the down-hold from the last scale-up; the
+// activator goes in before zero, and zero waits for the switch to take
+// effect.
+func TestExecutorRulesApply(t *testing.T) {
+	spec := specOf(t, 0, "--target", "1", "--target-utilization-percentage", "100", "--target-burst-capacity", "0",
+		"--window", "6s", "--panic-window-percentage", "50", "--scale-to-zero-grace-period", "2s")
+	cfg := config(spec)
+	cfg.RouteDelay = 5 * time.Second
+	cfg.Rules.DownHold = 20 * time.Second
+	cfg.Duration = 90 * time.Second
+	// Four five-second requests at once at 30s: four pods wanted.
+	var reqs []Request
+	for range 4 {
+		reqs = append(reqs, Request{Arrival: 30 * time.Second, Work: 5 * time.Second})
+	}
+	res, _ := run(t, cfg, Requests(reqs))
+	up, down, idle, zero := -1, -1, -1, -1
+	for _, r := range res.Timeline[31:] {
+		prev := res.Timeline[r.T-1]
+		switch {
+		case down < 0 && r.Pods > prev.Pods:
+			up = r.T
+		case up >= 0 && down < 0 && r.Pods < prev.Pods:
+			down = r.T
+		}
+		if down >= 0 && idle < 0 && r.Desired == 0 {
+			idle = r.T
+		}
+		if idle >= 0 && zero < 0 && r.Pods == 0 {
+			zero = r.T
+		}
+	}
+	if up < 0 || down < 0 || idle < 0 || zero < 0 {
+		t.Fatalf("no burst, scale-down and zero in the timeline: up %d, down %d, idle %d, zero %d", up, down, idle, zero)
+	}
+	if down-up != 20 {
+		t.Errorf("last scaled up in second %d and first down in second %d; want the 20s down-hold", up, down)
+	}
+	if res.Timeline[idle].ActivatorInPath || zero-idle < 5 {
+		t.Errorf("idle from second %d (activator in path: %v), zero in second %d: zero must wait for the 5s switch to the activator",
+			idle, res.Timeline[idle].ActivatorInPath, zero)
 	}
 }
 
@@ -306,8 +355,25 @@ func TestNoScaleToZeroWithRequestsInSystem(t *testing.T) {
 func TestRunValidates(t *testing.T) {
 	cfg := config(specOf(t, 0))
 	cfg.Tick = 0
-	if _, err := Run(context.Background(), cfg, Requests(nil)); err == nil || !strings.Contains(err.Error(), "tick 0s") {
-		t.Errorf("Run with tick 0: %v", err)
+	cfg.Pods.StartupDelay = -time.Second
+	cfg.QueueLimit = -1
+	_, err := Run(context.Background(), cfg, Requests(nil))
+	// Every problem at once, each as the one error type, naming the
+	// setting, its value and what is accepted.
+	var keys []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var ae *autoscaling.Error
+		if !errors.As(e, &ae) || ae.Accepted == "" {
+			t.Errorf("problem %v is not an *autoscaling.Error saying what is accepted", e)
+			continue
+		}
+		keys = append(keys, ae.Key)
+	}
+	if want := []string{KeyTick, KeyPodStartup, KeyQueueLimit}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("Run with three bad settings: problems with %v, want %v (%v)", keys, want, err)
+	}
+	if !strings.Contains(err.Error(), `tick-interval: "0s" is not positive; accepted: a positive duration`) {
+		t.Errorf("error text: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

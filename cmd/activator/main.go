@@ -100,9 +100,9 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		ClusterDomain: cfg.ClusterDomain,
 		QueueDepth:    cfg.QueueDepth,
 		QueueTimeout:  cfg.RequestTimeout,
-		Poke: func(service string) {
+		Poke: func(key string) {
 			if r := rep.Load(); r != nil {
-				r.Poke(service)
+				r.Poke(key)
 			}
 		},
 		Registerer: reg,

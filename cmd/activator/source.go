@@ -31,7 +31,7 @@ func loadServices(path string) ([]activator.Service, error) {
 		return nil, fmt.Errorf("invalid SERVICES_FILE %q: %w", path, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	// Unknown fields are most likely typos ("containerconcurrency"), which
+	// Unknown fields are most likely typos ("concurrency"), which
 	// would otherwise silently mean "unbounded".
 	dec.DisallowUnknownFields()
 	var f servicesFile
@@ -39,19 +39,20 @@ func loadServices(path string) ([]activator.Service, error) {
 		return nil, fmt.Errorf(`invalid SERVICES_FILE %q: %w: want JSON {"services":[{"key":"ns/name","hosts":[...],"containerConcurrency":N,"pods":[{"name":"...","addr":"host:port"}]}]}`, path, err)
 	}
 	out := make([]activator.Service, 0, len(f.Services))
-	seen := map[string]bool{}
+	seen := map[service.Key]bool{}
 	for i, s := range f.Services {
-		if err := service.Check(s.Key); err != nil {
+		key, err := service.Parse(s.Key)
+		if err != nil {
 			return nil, fmt.Errorf("invalid SERVICES_FILE %q: service %d: %w", path, i, err)
 		}
-		if seen[s.Key] {
+		if seen[key] {
 			return nil, fmt.Errorf("invalid SERVICES_FILE %q: service %q listed twice", path, s.Key)
 		}
-		seen[s.Key] = true
+		seen[key] = true
 		if s.ContainerConcurrency < 0 {
 			return nil, fmt.Errorf("invalid SERVICES_FILE %q: service %q: containerConcurrency %d: must be ≥ 0 (0 = unbounded)", path, s.Key, s.ContainerConcurrency)
 		}
-		sv := activator.Service{Key: s.Key, Hosts: s.Hosts, ContainerConcurrency: s.ContainerConcurrency}
+		sv := activator.Service{Key: key, Hosts: s.Hosts, ContainerConcurrency: s.ContainerConcurrency}
 		for j, p := range s.Pods {
 			if p.Name == "" || p.Addr == "" {
 				return nil, fmt.Errorf("invalid SERVICES_FILE %q: service %q pod %d: name and addr (host:port of its queue-proxy) are required", path, s.Key, j)

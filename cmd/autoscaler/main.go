@@ -175,11 +175,13 @@ func (a *app) run(ctx context.Context) error {
 	as, err := autoscaler.New(autoscaler.Config{
 		TickInterval: tick,
 		Backend:      ctl,
-		Scaler:       scaler.Options{OnEvent: ctl.OnEvent},
+		Scaler:       scaler.Config{OnEvent: ctl.OnEvent},
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
 		Registerer:   reg,
 		OnNotable:    ctl.OnNotable,
-	}, clock.RealClock{}, log)
+		Clock:        clock.RealClock{},
+		Logger:       log,
+	})
 	if err != nil {
 		return err
 	}

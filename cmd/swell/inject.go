@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -201,8 +202,11 @@ func describe(obj map[string]any) string {
 func injectObject(obj map[string]any, cfg inject.Config) (bool, error) {
 	apiVersion, _ := obj["apiVersion"].(string)
 	kind, _ := obj["kind"].(string)
+	k, ok := inject.KindOf(metav1.GroupVersionKind(schema.FromAPIVersionAndKind(apiVersion, kind)))
 	switch {
-	case apiVersion == "apps/v1" && (kind == "Deployment" || kind == "StatefulSet" || kind == "ReplicaSet"):
+	case !ok:
+		return false, nil
+	case !k.Pod:
 		var meta metav1.ObjectMeta
 		if err := convert(obj["metadata"], &meta); err != nil {
 			return false, fmt.Errorf("metadata: %w", err)
@@ -225,7 +229,7 @@ func injectObject(obj map[string]any, cfg inject.Config) (bool, error) {
 		}
 		spec["template"] = v
 		return true, nil
-	case apiVersion == "v1" && kind == "Pod":
+	default:
 		if !inject.Enabled(labels(obj)) {
 			return false, nil
 		}
@@ -246,7 +250,6 @@ func injectObject(obj map[string]any, cfg inject.Config) (bool, error) {
 		obj["metadata"], obj["spec"] = v["metadata"], v["spec"]
 		return true, nil
 	}
-	return false, nil
 }
 
 // convert decodes a generic value into a typed one, rejecting unknown

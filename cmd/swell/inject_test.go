@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/swell-run/swell/kube/inject"
+	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
 const injectManifest = `# The web service.
@@ -196,6 +199,35 @@ spec:
 			if !strings.Contains(stderr, want) {
 				t.Errorf("swell %v: stderr %q does not mention %q", tt.args, stderr, want)
 			}
+		}
+	}
+}
+
+// TestInjectEveryKind: swell inject injects every kind the webhook does
+// (inject.Kinds), names each in its help, and leaves other kinds with a
+// pod template alone.
+func TestInjectEveryKind(t *testing.T) {
+	cfg := inject.Config{Image: "example/qp:1", Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()}
+	object := func(apiVersion, kind string, pod bool) map[string]any {
+		spec := map[string]any{"containers": []any{map[string]any{"name": "app", "image": "example/app:1"}}}
+		meta := map[string]any{"name": "x", "labels": map[string]any{"swell.run/enabled": "true"}}
+		if pod {
+			return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta, "spec": spec}
+		}
+		return map[string]any{"apiVersion": apiVersion, "kind": kind, "metadata": meta,
+			"spec": map[string]any{"template": map[string]any{"metadata": meta, "spec": spec}}}
+	}
+	for _, k := range inject.Kinds() {
+		if changed, err := injectObject(object(k.APIVersion(), k.Kind, k.Pod), cfg); err != nil || !changed {
+			t.Errorf("%s %s: injected %v, %v; want injected", k.APIVersion(), k.Kind, changed, err)
+		}
+		if !strings.Contains(injectUsage, k.Kind) {
+			t.Errorf("swell inject --help does not name %s", k.Kind)
+		}
+	}
+	for _, other := range [][2]string{{"apps/v1", "DaemonSet"}, {"batch/v1", "Job"}, {"apps/v1beta1", "Deployment"}} {
+		if changed, err := injectObject(object(other[0], other[1], false), cfg); err != nil || changed {
+			t.Errorf("%s %s: injected %v, %v; want left alone", other[0], other[1], changed, err)
 		}
 	}
 }

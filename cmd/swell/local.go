@@ -134,7 +134,7 @@ func runLocal(ctx context.Context, args []string, s streams) int {
 	}()
 
 	out := &lockedWriter{w: s.stdout}
-	err = local.Run(ctx, local.Options{
+	err = local.Run(ctx, local.Config{
 		File:               file,
 		Address:            f.address,
 		Port:               f.port,

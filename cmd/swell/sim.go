@@ -20,6 +20,7 @@ import (
 
 	"github.com/swell-run/swell/autoscaler/sim"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/spelling"
 	"github.com/swell-run/swell/pkg/trace"
 )
 
@@ -192,8 +193,21 @@ var (
 	}
 )
 
-// classes are the policies --policy accepts.
-var classes = []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID}
+// flagProblems turns the simulator's problems into a usage error that names
+// each setting as its flag.
+func flagProblems(err error) error {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var ae *autoscaling.Error
+		if errors.As(e, &ae) && ae.Name == ae.Key && !strings.HasPrefix(ae.Name, "--") {
+			ae.Name = "--" + ae.Key
+		}
+	}
+	return &usageError{msg: err.Error()}
+}
 
 func runSim(ctx context.Context, args []string, s streams) int {
 	p, err := parseSim(args)
@@ -284,8 +298,6 @@ func parseSim(args []string) (*simPlan, error) {
 		if err := notWith(trafficOnlyFlags, "applies to traffic (--trace or --profile), not to --observations"); err != nil {
 			return nil, err
 		}
-	} else if set["initial-ready"] && f.initialReady < 0 {
-		return nil, usagef("--initial-ready %d: accepted is a number of pods of 0 or more", f.initialReady)
 	}
 
 	// The policies: --policy, or --class, or the default.
@@ -296,8 +308,9 @@ func parseSim(args []string) (*simPlan, error) {
 		}
 		for _, name := range strings.Split(f.policy, ",") {
 			name = strings.TrimSpace(name)
-			if !slices.Contains(classes, autoscaling.Class(name)) {
-				return nil, usagef("--policy %q: %q is not a class; accepted is a comma-separated list of %s", f.policy, name, classList())
+			if !slices.Contains(autoscaling.Classes(), autoscaling.Class(name)) {
+				return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: name, Problem: "is not a class",
+					Accepted: "a comma-separated list of " + classList(), Suggestion: spelling.Suggest(name, classNames())})
 			}
 			if slices.Contains(policies, name) {
 				return nil, usagef("--policy %q: %s is listed twice", f.policy, name)
@@ -335,7 +348,8 @@ func parseSim(args []string) (*simPlan, error) {
 
 	if input == "--observations" {
 		if f.initialReady < 0 {
-			return nil, usagef("--initial-ready %d: accepted is a number of pods of 0 or more", f.initialReady)
+			return nil, flagProblems(&autoscaling.Error{Key: sim.KeyInitialReady, Name: sim.KeyInitialReady,
+				Value: strconv.Itoa(f.initialReady), Problem: "is negative", Accepted: "a number of pods of 0 or more"})
 		}
 		file, err := os.Open(f.observations)
 		if err != nil {
@@ -353,21 +367,9 @@ func parseSim(args []string) (*simPlan, error) {
 		return p, nil
 	}
 
-	durations := []struct {
-		name string
-		d    time.Duration
-	}{{"pod-startup", f.podStartup}, {"pod-startup-jitter", f.podStartupJitter}, {"route-delay", f.routeDelay}}
-	for _, d := range durations {
-		if d.d < 0 {
-			return nil, usagef("--%s %s: accepted is a duration of 0 or more, such as 2s", d.name, d.d)
-		}
-	}
-	switch {
-	case f.podCapacity < 0:
-		return nil, usagef("--pod-capacity %d: accepted is 0 (--container-concurrency, or unlimited) or a number of requests", f.podCapacity)
-	case f.queueLimit < 0:
-		return nil, usagef("--queue-limit %d: accepted is 0 (unbounded) or a number of requests", f.queueLimit)
-	case set["duration"] && f.duration <= 0:
+	if set["duration"] && f.duration <= 0 {
+		// 0 is the simulator's "until the traffic ends", which is what
+		// leaving the flag out says.
 		return nil, usagef("--duration %s: accepted is a positive duration, such as 30m", f.duration)
 	}
 	if len(p.specs) > 1 {
@@ -387,6 +389,13 @@ func parseSim(args []string) (*simPlan, error) {
 		InitialReady: f.initialReady,
 		Duration:     f.duration,
 		Seed:         f.seed,
+	}
+	// The simulator's own checks, with its settings named as flags; the
+	// specs were checked as they were resolved.
+	check := p.cfg
+	check.Spec = p.specs[0]
+	if err := check.Validate(); err != nil {
+		return nil, flagProblems(err)
 	}
 	p.out, p.timeline, p.chart, p.summary, p.writeTrace = f.out, f.timeline, f.chart, f.summary, f.writeTrace
 
@@ -467,13 +476,15 @@ func cmpDuration(a, b time.Duration) int {
 	return 0
 }
 
-func classList() string {
-	n := make([]string, len(classes))
-	for i, c := range classes {
-		n[i] = string(c)
+func classNames() []string {
+	var n []string
+	for _, c := range autoscaling.Classes() {
+		n = append(n, string(c))
 	}
-	return strings.Join(n, ", ")
+	return n
 }
+
+func classList() string { return strings.Join(classNames(), ", ") }
 
 func shapeNames() string {
 	n := make([]string, len(sim.Shapes))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // testTimeout bounds every wait on the informers; reaching it is a failure.
@@ -67,8 +69,14 @@ func endpoint(ip, pod string, ready, terminating bool) discoveryv1.Endpoint {
 // first sync.
 func started(t *testing.T, objs ...runtime.Object) (*Source, *fake.Clientset) {
 	t.Helper()
+	return startedWith(t, nil, objs...)
+}
+
+// startedWith is started with the Source logging to log.
+func startedWith(t *testing.T, log *zap.Logger, objs ...runtime.Object) (*Source, *fake.Clientset) {
+	t.Helper()
 	client := fake.NewClientset(objs...)
-	src, err := New(Config{Client: client})
+	src, err := New(Config{Client: client, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +106,13 @@ func waitUntil(t *testing.T, src *Source, what string, cond func([]activator.Ser
 	}
 }
 
-// find returns the service with key.
+// webKey is the service of Deployment web in namespace shop.
+var webKey = service.Key{Namespace: "shop", Name: "web"}
+
+// find returns the service whose key reads key.
 func find(svcs []activator.Service, key string) (activator.Service, bool) {
 	for _, s := range svcs {
-		if s.Key == key {
+		if s.Key.String() == key {
 			return s, true
 		}
 	}

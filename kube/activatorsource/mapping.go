@@ -14,6 +14,7 @@ import (
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // toService is the activator's view of the Deployment served by the
@@ -22,7 +23,7 @@ import (
 // is not terminating, ready or not (the activator probes each before sending
 // it traffic). A bad container-concurrency annotation is logged and read as
 // 0 (unbounded): the pods still serve, the queue-proxy enforces the limit.
-func toService(key string, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, domain string, log *zap.Logger) activator.Service {
+func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, domain string, log *zap.Logger) activator.Service {
 	sv := activator.Service{Key: key}
 	for name := range strings.SplitSeq(svc.Annotations[kube.AnnotationServices], ",") {
 		if name = strings.TrimSpace(name); name != "" {

@@ -22,9 +22,9 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 	svc := podsService("shop", "web",
 		kube.AnnotationServices, "cart, ,front,",
 		kube.AnnotationContainerConcurrency, "4")
-	got := toService("shop/web", svc, nil, "corp.internal", zap.NewNop())
+	got := toService(webKey, svc, nil, "corp.internal", zap.NewNop())
 	want := activator.Service{
-		Key: "shop/web",
+		Key: webKey,
 		Hosts: []string{
 			"cart.shop", "cart.shop.svc", "cart.shop.svc.corp.internal",
 			"front.shop", "front.shop.svc", "front.shop.svc.corp.internal",
@@ -37,8 +37,8 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 }
 
 func TestToServiceWithoutAnnotations(t *testing.T) {
-	got := toService("shop/web", podsService("shop", "web"), nil, "cluster.local", zap.NewNop())
-	if want := (activator.Service{Key: "shop/web"}); !reflect.DeepEqual(got, want) {
+	got := toService(webKey, podsService("shop", "web"), nil, "cluster.local", zap.NewNop())
+	if want := (activator.Service{Key: webKey}); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
 }
@@ -47,7 +47,7 @@ func TestBadContainerConcurrencyIsZeroAndLogged(t *testing.T) {
 	for _, v := range []string{"abc", "-1", "1.5", ""} {
 		core, logs := observer.New(zapcore.WarnLevel)
 		svc := podsService("shop", "web", kube.AnnotationContainerConcurrency, v)
-		got := toService("shop/web", svc, nil, "cluster.local", zap.New(core))
+		got := toService(webKey, svc, nil, "cluster.local", zap.New(core))
 		if got.ContainerConcurrency != 0 {
 			t.Errorf("%q: container concurrency %d, want 0", v, got.ContainerConcurrency)
 		}

@@ -36,6 +36,7 @@ import (
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Config configures a Source. Only Client is required.
@@ -78,7 +79,7 @@ type Source struct {
 	// so that two informers' handlers never store an older view over a
 	// newer one.
 	mu    sync.Mutex
-	byKey map[string]activator.Service
+	byKey map[service.Key]activator.Service
 	list  []activator.Service // byKey sorted by key; rebuilt when stale
 	stale bool
 }
@@ -100,7 +101,7 @@ func New(cfg Config) (*Source, error) {
 		domain:          cmp.Or(cfg.ClusterDomain, activator.DefaultClusterDomain),
 		log:             cfg.Logger,
 		changed:         make(chan struct{}, 1),
-		byKey:           map[string]activator.Service{},
+		byKey:           map[service.Key]activator.Service{},
 		stale:           true,
 	}
 	if s.log == nil {
@@ -178,8 +179,9 @@ func (s *Source) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), s.synced...)
 }
 
-// Services implements activator.Source: the services sorted by key. The
-// slice is shared until the next change; the caller must not modify it.
+// Services implements activator.Source: the services sorted by namespace,
+// then name. The slice is shared until the next change; the caller must not
+// modify it.
 func (s *Source) Services() []activator.Service {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,7 +190,9 @@ func (s *Source) Services() []activator.Service {
 		for _, sv := range s.byKey {
 			s.list = append(s.list, sv)
 		}
-		slices.SortFunc(s.list, func(a, b activator.Service) int { return cmp.Compare(a.Key, b.Key) })
+		slices.SortFunc(s.list, func(a, b activator.Service) int {
+			return a.Key.Compare(b.Key)
+		})
 		s.stale = false
 	}
 	return s.list
@@ -260,11 +264,18 @@ func (s *Source) sliceChanged(obj any) {
 }
 
 // sync rebuilds the service of Deployment d in namespace ns from the
-// caches, and signals Changed if it differs from what Services had.
+// caches, and signals Changed if it differs from what Services had. A
+// Deployment whose name is not a service key (longer than a DNS label, or
+// with a dot) is logged and left out: Swell cannot name it.
 func (s *Source) sync(ns, d string) {
-	key := ns + "/" + d
+	key, err := service.New(ns, d)
+	if err != nil {
+		s.log.Error("ignoring a pods-Service: its Deployment cannot be a Swell service",
+			zap.String("service", ns+"/"+kube.PodsServiceName(d)), zap.Error(err))
+		return
+	}
 	s.mu.Lock()
-	sv, ok := s.build(ns, d, key)
+	sv, ok := s.build(key)
 	old, had := s.byKey[key]
 	switch {
 	case !ok && !had, ok && had && equal(old, sv):
@@ -283,16 +294,16 @@ func (s *Source) sync(ns, d string) {
 	}
 }
 
-// build reads the service of Deployment d in namespace ns from the caches;
+// build reads the service of the Deployment named by key from the caches;
 // false if it has no pods-Service.
-func (s *Source) build(ns, d, key string) (activator.Service, bool) {
+func (s *Source) build(key service.Key) (activator.Service, bool) {
 	// Only the pods-Service: a Service the autoscaler routes carries the
 	// label too.
-	svc, err := s.services.Services(ns).Get(kube.PodsServiceName(d))
-	if err != nil || svc.Labels[kube.LabelDeployment] != d {
+	svc, err := s.services.Services(key.Namespace).Get(kube.PodsServiceName(key.Name))
+	if err != nil || svc.Labels[kube.LabelDeployment] != key.Name {
 		return activator.Service{}, false
 	}
-	objs, err := s.slices.ByIndex(byService, ns+"/"+svc.Name)
+	objs, err := s.slices.ByIndex(byService, key.Namespace+"/"+svc.Name)
 	if err != nil {
 		return activator.Service{}, false
 	}

@@ -2,11 +2,16 @@ package activatorsource
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,6 +20,7 @@ import (
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 var bg = context.Background()
@@ -36,9 +42,9 @@ func TestSyncedSourceListsServices(t *testing.T) {
 		endpointSlice(api, "api-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.1.1", "api-a", false, false)),
 	)
 	want := []activator.Service{{
-		Key: "other/api", Pods: []activator.Pod{{Name: "api-a", Addr: "10.0.1.1:8012"}},
+		Key: service.Key{Namespace: "other", Name: "api"}, Pods: []activator.Pod{{Name: "api-a", Addr: "10.0.1.1:8012"}},
 	}, {
-		Key: "shop/web", Hosts: kube.HostNames("front", "shop", "cluster.local"), ContainerConcurrency: 2,
+		Key: webKey, Hosts: kube.HostNames("front", "shop", "cluster.local"), ContainerConcurrency: 2,
 		Pods: []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}},
 	}}
 	if got := src.Services(); !reflect.DeepEqual(got, want) {
@@ -270,7 +276,7 @@ func TestRoutedServiceIsNotThePodsService(t *testing.T) {
 		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
 	)
 	want := []activator.Service{{
-		Key: "shop/web", Hosts: kube.HostNames("front", "shop", "cluster.local"),
+		Key: webKey, Hosts: kube.HostNames("front", "shop", "cluster.local"),
 		Pods: []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}},
 	}}
 	if got := src.Services(); !reflect.DeepEqual(got, want) {
@@ -300,5 +306,27 @@ func TestAutoscalerChanged(t *testing.T) {
 	}
 	if got, ok := src.AutoscalerAddr(); got != "10.0.0.6:8080" || !ok {
 		t.Errorf("AutoscalerAddr = %q %v after the signal, want 10.0.0.6:8080", got, ok)
+	}
+}
+
+// TestDeploymentNotAKeyIsSkipped: a pods-Service whose Deployment's name
+// cannot be a service key (Deployment names may hold dots, keys may not) is
+// left out and logged; the others are listed as usual.
+func TestDeploymentNotAKeyIsSkipped(t *testing.T) {
+	core, logs := observer.New(zapcore.ErrorLevel)
+	bad := podsService("shop", "web.v2")
+	src, _ := startedWith(t, zap.New(core), bad, podsService("shop", "web"),
+		endpointSlice(bad, "bad-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "bad-a", true, false)))
+	if got, want := src.Services(), []activator.Service{{Key: webKey}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	entries := logs.All()
+	if len(entries) == 0 {
+		t.Fatal("nothing logged for the Deployment that cannot be a service")
+	}
+	for _, e := range entries {
+		if f := e.ContextMap(); f["service"] != "shop/"+kube.PodsServiceName("web.v2") || !strings.Contains(fmt.Sprint(f["error"]), `"shop/web.v2"`) {
+			t.Errorf("logged %q with %v, want the pods-Service and the key's error", e.Message, f)
+		}
 	}
 }

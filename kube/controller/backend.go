@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
@@ -36,16 +37,16 @@ func (c *Controller) deployment(key service.Key) (*appsv1.Deployment, error) {
 // Status implements scaler.Backend from the caches alone: Desired is the
 // Deployment's spec.replicas (1 when unset, as Kubernetes defaults it),
 // Ready its ready pods and the routes the Router's.
-func (c *Controller) Status(_ context.Context, key service.Key) (scaler.Status, error) {
+func (c *Controller) Status(_ context.Context, key service.Key) (plan.Status, error) {
 	d, err := c.deployment(key)
 	if err != nil {
-		return scaler.Status{}, err
+		return plan.Status{}, err
 	}
 	return c.status(key, d), nil
 }
 
-func (c *Controller) status(key service.Key, d *appsv1.Deployment) scaler.Status {
-	st := scaler.Status{Desired: 1, Ready: len(c.router.ReadyPods(key))}
+func (c *Controller) status(key service.Key, d *appsv1.Deployment) plan.Status {
+	st := plan.Status{Desired: 1, Ready: len(c.router.ReadyPods(key))}
 	if d.Spec.Replicas != nil {
 		st.Desired = int(*d.Spec.Replicas)
 	}
@@ -87,6 +88,6 @@ func (c *Controller) SetScale(ctx context.Context, key service.Key, n int) error
 }
 
 // SetRoute implements scaler.Backend: the Router switches the route.
-func (c *Controller) SetRoute(ctx context.Context, key service.Key, r scaler.Route) error {
+func (c *Controller) SetRoute(ctx context.Context, key service.Key, r plan.Route) error {
 	return c.router.SetRoute(ctx, key, r)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ktesting "k8s.io/client-go/testing"
 
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
@@ -128,14 +129,14 @@ func TestStatusFromListers(t *testing.T) {
 	delete(plain.Labels, kube.LabelEnabled)
 	h.create(plain)
 	h.router.setPods(key, "10.0.0.1", "10.0.0.2")
-	h.router.setRoute(key, scaler.RoutePods, scaler.RouteActivator)
+	h.router.setRoute(key, plan.RoutePods, plan.RouteActivator)
 
 	h.cs.ClearActions()
 	st, err := h.c.Status(h.ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := scaler.Status{Desired: 3, Ready: 2, Route: scaler.RoutePods, Requested: scaler.RouteActivator}
+	want := plan.Status{Desired: 3, Ready: 2, Route: plan.RoutePods, Requested: plan.RouteActivator}
 	if st != want {
 		t.Errorf("Status = %+v, want %+v", st, want)
 	}
@@ -153,10 +154,10 @@ func TestStatusFromListers(t *testing.T) {
 	}
 
 	// SetRoute is the Router's.
-	if err := h.c.SetRoute(h.ctx, key, scaler.RoutePods); err != nil {
+	if err := h.c.SetRoute(h.ctx, key, plan.RoutePods); err != nil {
 		t.Fatal(err)
 	}
-	if _, req := h.router.Route(key); req != scaler.RoutePods {
+	if _, req := h.router.Route(key); req != plan.RoutePods {
 		t.Errorf("requested route %v after SetRoute(pods)", req)
 	}
 }

@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/autoscaler"
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
@@ -45,9 +45,9 @@ import (
 // Services' traffic goes.
 type Router interface {
 	// Route returns the route in effect and the route last asked for.
-	Route(key service.Key) (effective, requested scaler.Route)
+	Route(key service.Key) (effective, requested plan.Route)
 	// SetRoute asks for key's traffic to go through route.
-	SetRoute(ctx context.Context, key service.Key, route scaler.Route) error
+	SetRoute(ctx context.Context, key service.Key, route plan.Route) error
 	// ReadyPods returns the IPs of key's ready pods, sorted.
 	ReadyPods(key service.Key) []string
 	// OnChange installs f, called with a Deployment's key when its ready
@@ -59,7 +59,7 @@ type Router interface {
 // *autoscaler.Autoscaler implements it.
 type Scaling interface {
 	Upsert(service.Key, autoscaling.Spec)
-	SetPods(service.Key, []string) bool
+	SetPods(service.Key, []string)
 	Remove(service.Key)
 	Resync(service.Key)
 	ServiceStatus(service.Key) (autoscaler.ServiceStatus, bool)

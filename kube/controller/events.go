@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/swell-run/swell/autoscaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -29,7 +30,7 @@ func (c *Controller) OnEvent(e scaler.Event) {
 		msg = fmt.Sprintf("%d → %d: %s", e.From, e.To, e.Reason)
 	case scaler.EventRoute:
 		reason = ReasonRoutePods
-		if e.ToRoute == scaler.RouteActivator {
+		if e.ToRoute == plan.RouteActivator {
 			reason = ReasonRouteActivator
 		}
 		if msg == "" {

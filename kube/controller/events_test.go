@@ -13,6 +13,7 @@ import (
 
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/autoscaler/decider"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
@@ -42,11 +43,11 @@ func TestEventsOnTheDeployment(t *testing.T) {
 			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 2, To: 0, Reason: "scale to zero after 30s idle"})
 		}, []string{onDeployment("Normal ScaledToZero 2 → 0: scale to zero after 30s idle")}},
 		{"route activator", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: scaler.RoutePods, ToRoute: scaler.RouteActivator,
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RoutePods, ToRoute: plan.RouteActivator,
 				Reason: "before scale to zero"})
 		}, []string{onDeployment("Normal RouteActivator before scale to zero")}},
 		{"route pods", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: scaler.RouteActivator, ToRoute: scaler.RoutePods,
+			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RouteActivator, ToRoute: plan.RoutePods,
 				Reason: "stable at target 70"})
 		}, []string{onDeployment("Normal RoutePods stable at target 70")}},
 		{"error", func(k service.Key) {
@@ -123,7 +124,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 	d := deployment("hello", map[string]string{"keep": "me"})
 	h.create(d)
 	h.router.setPods(key, "10.0.0.1", "10.0.0.2")
-	h.router.setRoute(key, scaler.RouteActivator, scaler.RouteActivator)
+	h.router.setRoute(key, plan.RouteActivator, plan.RouteActivator)
 
 	// Before the first decision there is nothing to report; the
 	// controller looks again after a tick.
@@ -166,7 +167,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 	// A change: written again.
 	ss.Scale, ss.PanicMode = 4, false
 	h.scaling.setStatus(key, ss)
-	h.router.setRoute(key, scaler.RoutePods, scaler.RoutePods)
+	h.router.setRoute(key, plan.RoutePods, plan.RoutePods)
 	h.c.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 3, To: 4})
 	h.drain()
 	if p := statusPatches(h); len(p) != 2 {

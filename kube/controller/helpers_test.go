@@ -22,7 +22,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler"
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
@@ -33,36 +33,33 @@ const (
 	testSystem = "swell-test-system"
 )
 
-var (
-	deploymentsGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
-	configMapsGVR  = corev1.SchemeGroupVersion.WithResource("configmaps")
-)
+var deploymentsGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
 
 // fakeRouter is a Router whose pods and routes the test sets.
 type fakeRouter struct {
 	mu        sync.Mutex
 	pods      map[service.Key][]string
-	effective map[service.Key]scaler.Route
-	requested map[service.Key]scaler.Route
-	set       []scaler.Route
+	effective map[service.Key]plan.Route
+	requested map[service.Key]plan.Route
+	set       []plan.Route
 	onChange  func(service.Key)
 }
 
 func newFakeRouter() *fakeRouter {
 	return &fakeRouter{
 		pods:      map[service.Key][]string{},
-		effective: map[service.Key]scaler.Route{},
-		requested: map[service.Key]scaler.Route{},
+		effective: map[service.Key]plan.Route{},
+		requested: map[service.Key]plan.Route{},
 	}
 }
 
-func (r *fakeRouter) Route(key service.Key) (scaler.Route, scaler.Route) {
+func (r *fakeRouter) Route(key service.Key) (plan.Route, plan.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.effective[key], r.requested[key]
 }
 
-func (r *fakeRouter) SetRoute(_ context.Context, key service.Key, route scaler.Route) error {
+func (r *fakeRouter) SetRoute(_ context.Context, key service.Key, route plan.Route) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.requested[key] = route
@@ -89,7 +86,7 @@ func (r *fakeRouter) setPods(key service.Key, ips ...string) {
 	r.mu.Unlock()
 }
 
-func (r *fakeRouter) setRoute(key service.Key, effective, requested scaler.Route) {
+func (r *fakeRouter) setRoute(key service.Key, effective, requested plan.Route) {
 	r.mu.Lock()
 	r.effective[key], r.requested[key] = effective, requested
 	r.mu.Unlock()
@@ -145,11 +142,8 @@ func (s *fakeScaling) Upsert(key service.Key, spec autoscaling.Spec) {
 	s.record(call{op: "upsert", key: key, spec: spec})
 }
 
-func (s *fakeScaling) SetPods(key service.Key, pods []string) bool {
+func (s *fakeScaling) SetPods(key service.Key, pods []string) {
 	s.record(call{op: "pods", key: key, pods: pods})
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.known[key]
 }
 
 func (s *fakeScaling) Remove(key service.Key) {

@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/swell-run/swell/autoscaler"
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -29,7 +29,7 @@ type StatusAnnotation struct {
 	// Panic says the latest decision was in panic mode.
 	Panic bool `json:"panic"`
 	// ActivatorInPath says the activator is in the path and staying there
-	// (scaler.Status.ActivatorInPath).
+	// (plan.Status.ActivatorInPath).
 	ActivatorInPath bool `json:"activatorInPath"`
 	// Route is the route in effect, "activator" or "pods"; absent while
 	// the Deployment has not been routed.
@@ -38,7 +38,7 @@ type StatusAnnotation struct {
 	Reason string `json:"reason"`
 }
 
-func statusAnnotation(ss autoscaler.ServiceStatus, st scaler.Status) StatusAnnotation {
+func statusAnnotation(ss autoscaler.ServiceStatus, st plan.Status) StatusAnnotation {
 	a := StatusAnnotation{
 		Ready:           st.Ready,
 		Desired:         ss.Scale,
@@ -47,7 +47,7 @@ func statusAnnotation(ss autoscaler.ServiceStatus, st scaler.Status) StatusAnnot
 		ActivatorInPath: st.ActivatorInPath(),
 		Reason:          ss.Reason,
 	}
-	if st.Route != scaler.RouteUnknown {
+	if st.Route != plan.RouteUnknown {
 		a.Route = st.Route.String()
 	}
 	return a
@@ -59,12 +59,11 @@ func statusAnnotation(ss autoscaler.ServiceStatus, st scaler.Status) StatusAnnot
 // the Deployment.
 func (c *Controller) writeStatus(ctx context.Context, sc Scaling, key service.Key, d *appsv1.Deployment, st *state) error {
 	ss, ok := sc.ServiceStatus(key)
-	if !ok {
-		return nil
-	}
-	if !ss.Decided {
-		// The first decision may change nothing and so report nothing
-		// (OnNotable, OnEvent): look again after a tick.
+	if !ok || !ss.Decided {
+		// Not yet taken in by the loop (Upsert is applied by its
+		// goroutine), or not decided for: the first decision may change
+		// nothing and so report nothing (OnNotable, OnEvent). Look again
+		// after a tick.
 		c.queue.AddAfter(item{key: key}, autoscaler.DefaultTickInterval)
 		return nil
 	}

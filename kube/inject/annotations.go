@@ -43,19 +43,20 @@ const (
 	AnnotationUserReadinessProbe = kube.Prefix + "user-readiness-probe"
 )
 
-// known lists the swell.run/ keys a workload may carry, for the did-you-mean
-// of unknown ones.
-var known = []string{
+// settable lists the swell.run/ keys a user sets on a workload: what an
+// unknown key is told is accepted.
+var settable = []string{
 	AnnotationContainerConcurrency,
 	AnnotationTimeout,
 	AnnotationResponseStartTimeout,
 	AnnotationStreamIdleTimeout,
 	AnnotationQueueDepth,
 	AnnotationContainer,
-	AnnotationInjected,
-	AnnotationUserReadinessProbe,
-	kube.AnnotationStatus,
 }
+
+// known lists every swell.run/ key a workload may carry: the settable
+// ones and those Swell writes.
+var known = append(slices.Clip(settable), AnnotationInjected, AnnotationUserReadinessProbe, kube.AnnotationStatus)
 
 // settings are the per-service values read from the annotations.
 type settings struct {
@@ -74,7 +75,7 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 	s := settings{queueDepth: -1, timeout: network.DefaultRequestTimeout}
 	var errs []error
 	bad := func(key, problem, accepted string) {
-		errs = append(errs, fmt.Errorf("%s: %q %s; accepted: %s", key, annotations[key], problem, accepted))
+		errs = append(errs, &autoscaling.Error{Key: key, Name: key, Value: annotations[key], Problem: problem, Accepted: accepted})
 	}
 
 	keys := make([]string, 0, len(annotations))
@@ -87,11 +88,12 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 			continue
 		}
 		if k == kube.LabelEnabled {
-			errs = append(errs, fmt.Errorf("%s: is read from the labels, not the annotations; set it as a label on the workload and its pod template", k))
+			errs = append(errs, &autoscaling.Error{Key: k, Name: k, Value: annotations[k], KeyProblem: true,
+				Problem: "is read from the labels, not the annotations", Accepted: "a label on the workload and on its pod template"})
 			continue
 		}
-		if msg, ok := unknownKey(k); ok {
-			errs = append(errs, fmt.Errorf("%s: unknown key (value %q)%s", k, annotations[k], msg))
+		if err := unknownKey(k, annotations[k]); err != nil {
+			errs = append(errs, err)
 		}
 	}
 
@@ -128,7 +130,7 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 		}
 		timeoutOK = ok
 	}
-	within := fmt.Sprintf("a duration from 0s (none) to the request timeout %s (%s), e.g. 10s", formatDuration(s.timeout), AnnotationTimeout)
+	within := fmt.Sprintf("a duration from 0s (none) to the request timeout %s (%s), e.g. 10s", autoscaling.FormatDuration(s.timeout), AnnotationTimeout)
 	if !timeoutOK {
 		within = fmt.Sprintf("a duration from 0s (none) to the request timeout (%s)", AnnotationTimeout)
 	}
@@ -163,45 +165,27 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 	return s, errors.Join(errs...)
 }
 
-// unknownKey says whether k is a swell.run/ key Swell does not know,
-// or nearly one (a misspelt domain in front of a known name), and returns
-// the did-you-mean to add to the message.
-func unknownKey(k string) (string, bool) {
+// unknownKey returns the error for k when it is a swell.run/ key Swell
+// does not know, or nearly one (a misspelt domain in front of a known
+// name), and nil when it is another tool's.
+func unknownKey(k, v string) error {
+	e := &autoscaling.Error{Key: k, Name: k, Value: v, Problem: "unknown key", KeyProblem: true,
+		Accepted: strings.Join(settable, ", ")}
 	name, ours := strings.CutPrefix(k, kube.Prefix)
 	if !ours {
 		domain, rest, found := strings.Cut(k, "/")
-		if !found || spelling.Distance(strings.ToLower(domain+"/"), kube.Prefix) > 2 {
-			return "", false
+		if !found || spelling.Suggest(domain+"/", []string{kube.Prefix}) == "" || !slices.Contains(known, kube.Prefix+rest) {
+			return nil
 		}
-		for _, c := range known {
-			if strings.TrimPrefix(c, kube.Prefix) == rest {
-				return "; did you mean " + c + "?", true
-			}
-		}
-		return "", false
+		e.Suggestion = kube.Prefix + rest
+		return e
 	}
-	best, bestD := "", max(1, min(3, len(name)/4))+1
-	for _, c := range known {
-		if d := spelling.Distance(strings.ToLower(name), strings.TrimPrefix(c, kube.Prefix)); d < bestD {
-			best, bestD = c, d
-		}
+	names := make([]string, len(known))
+	for i, c := range known {
+		names[i] = strings.TrimPrefix(c, kube.Prefix)
 	}
-	msg := "; accepted: " + strings.Join(known[:6], ", ")
-	if best != "" {
-		msg += "; did you mean " + best + "?"
+	if sg := spelling.Suggest(name, names); sg != "" {
+		e.Suggestion = kube.Prefix + sg
 	}
-	return msg, true
-}
-
-// formatDuration writes d as the queue-proxy reads it, without the zero
-// units time.Duration.String leaves ("5m", not "5m0s").
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
+	return e
 }

@@ -216,7 +216,8 @@ func appContainer(spec *corev1.PodSpec, name string) (int, error) {
 				return i, nil
 			}
 		}
-		return 0, fmt.Errorf("%s: %q names no container; accepted: one of %s", AnnotationContainer, name, containerNames(spec))
+		return 0, &autoscaling.Error{Key: AnnotationContainer, Name: AnnotationContainer, Value: name,
+			Problem: "names no container", Accepted: "one of " + containerNames(spec)}
 	}
 	switch len(spec.Containers) {
 	case 0:
@@ -345,15 +346,15 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar
 		env = append(env, corev1.EnvVar{Name: "QUEUE_DEPTH", Value: strconv.Itoa(s.queueDepth)})
 	}
 	env = append(env,
-		corev1.EnvVar{Name: "REQUEST_TIMEOUT", Value: formatDuration(s.timeout)},
-		corev1.EnvVar{Name: "RESPONSE_START_TIMEOUT", Value: formatDuration(s.responseStartTimeout)},
-		corev1.EnvVar{Name: "STREAM_IDLE_TIMEOUT", Value: formatDuration(s.streamIdleTimeout)},
+		corev1.EnvVar{Name: "REQUEST_TIMEOUT", Value: autoscaling.FormatDuration(s.timeout)},
+		corev1.EnvVar{Name: "RESPONSE_START_TIMEOUT", Value: autoscaling.FormatDuration(s.responseStartTimeout)},
+		corev1.EnvVar{Name: "STREAM_IDLE_TIMEOUT", Value: autoscaling.FormatDuration(s.streamIdleTimeout)},
 	)
 	if probeEnv == nil {
 		probeEnv = []corev1.EnvVar{{Name: "USER_PROBE_PATH", Value: ""}}
 	}
 	env = append(env, probeEnv...)
-	env = append(env, corev1.EnvVar{Name: "DRAIN_QUIET_PERIOD", Value: formatDuration(DrainQuietPeriod)})
+	env = append(env, corev1.EnvVar{Name: "DRAIN_QUIET_PERIOD", Value: autoscaling.FormatDuration(DrainQuietPeriod)})
 
 	yes, no := true, false
 	return corev1.Container{

@@ -144,7 +144,8 @@ func TestBadAnnotationsNameKeyValueAndAccepted(t *testing.T) {
 		`swell.run/queue-depth: "5" has no effect without a concurrency limit`,
 		`autoscaling.swell.run/min-scale: "-1"`,
 		"did you mean autoscaling.swell.run/max-scale?",
-		`Swell.run/queue-depth: unknown key (value "1"); did you mean swell.run/queue-depth?`,
+		`Swell.run/queue-depth: unknown key (value "1"); accepted: swell.run/container-concurrency, `,
+		"did you mean swell.run/queue-depth?",
 		"swell.run/enabled: is read from the labels",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -226,3 +227,30 @@ func TestEnabled(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestKindOf(t *testing.T) {
+	for _, tt := range []struct {
+		gvk      metav1.GroupVersionKind
+		ok, pod  bool
+		resource string
+	}{
+		{metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, true, false, "deployments"},
+		{metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, true, false, "statefulsets"},
+		{metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}, true, false, "replicasets"},
+		{metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, true, true, "pods"},
+		{metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, false, false, ""},
+		{metav1.GroupVersionKind{Group: "apps", Version: "v1beta1", Kind: "Deployment"}, false, false, ""},
+		{metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}, false, false, ""},
+	} {
+		k, ok := KindOf(tt.gvk)
+		if ok != tt.ok || k.Pod != tt.pod || k.Resource != tt.resource {
+			t.Errorf("KindOf(%v) = %+v, %v", tt.gvk, k, ok)
+		}
+	}
+	if k, _ := KindOf(metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}); k.APIVersion() != "apps/v1" {
+		t.Errorf("Deployment's apiVersion %q", k.APIVersion())
+	}
+	if k, _ := KindOf(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}); k.APIVersion() != "v1" {
+		t.Errorf("Pod's apiVersion %q", k.APIVersion())
+	}
+}

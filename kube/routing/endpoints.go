@@ -10,7 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
@@ -123,11 +123,11 @@ type choice struct {
 // choose applies NEVER EMPTY: the route asked for when it has a ready
 // endpoint, else the other one when that has; ok is false when neither
 // has.
-func choose(want scaler.Route, pods []endpoint, act activator) (choice, bool) {
+func choose(want plan.Route, pods []endpoint, act activator) (choice, bool) {
 	podsRoute := choice{route: kube.RoutePods, endpoints: pods, port: network.DefaultQueueServingPort}
 	actRoute := choice{route: kube.RouteActivator, endpoints: act.endpoints, port: act.port}
 	order := []choice{podsRoute, actRoute}
-	if want == scaler.RouteActivator {
+	if want == plan.RouteActivator {
 		order = []choice{actRoute, podsRoute}
 	}
 	for _, c := range order {
@@ -177,13 +177,13 @@ func (r *Router) routeSlicesFor(key service.Key) []*discoveryv1.EndpointSlice {
 
 // cachedRoute is the route D's route slices list, as the cache has them:
 // the activator if any lists it; ok is false when D has none.
-func (r *Router) cachedRoute(key service.Key) (route scaler.Route, ok bool) {
+func (r *Router) cachedRoute(key service.Key) (route plan.Route, ok bool) {
 	for _, s := range r.routeSlicesFor(key) {
 		switch s.Labels[kube.LabelRoute] {
 		case kube.RouteActivator:
-			return scaler.RouteActivator, true
+			return plan.RouteActivator, true
 		case kube.RoutePods:
-			route, ok = scaler.RoutePods, true
+			route, ok = plan.RoutePods, true
 		}
 	}
 	return route, ok

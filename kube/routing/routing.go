@@ -37,7 +37,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -105,7 +105,7 @@ type Router struct {
 	mu        sync.Mutex
 	started   bool
 	running   bool
-	requested map[service.Key]scaler.Route
+	requested map[service.Key]plan.Route
 	// releasing holds when the release of a route EndpointSlice began.
 	releasing map[types.NamespacedName]time.Time
 	// warned holds, by object and reason, the message last recorded, so a
@@ -118,7 +118,7 @@ type Router struct {
 // observed is what OnChange callbacks were last told about a Deployment.
 type observed struct {
 	pods  string
-	route scaler.Route
+	route plan.Route
 }
 
 // New returns a Router watching cfg.Informers. Nothing is written before
@@ -153,7 +153,7 @@ func New(cfg Config) (*Router, error) {
 			workqueue.DefaultTypedControllerRateLimiter[service.Key](),
 			workqueue.TypedRateLimitingQueueConfig[service.Key]{Name: "swell-routing"}),
 		locks:     keyLocks{m: map[service.Key]*keyLock{}},
-		requested: map[service.Key]scaler.Route{},
+		requested: map[service.Key]plan.Route{},
 		releasing: map[types.NamespacedName]time.Time{},
 		warned:    map[types.UID]map[string]string{},
 		seen:      map[service.Key]observed{},
@@ -285,7 +285,7 @@ func (r *Router) next(ctx context.Context) bool {
 // the route in effect when first asked. A Deployment with no routed
 // Service has the requested route in effect; RouteUnknown before anything
 // is known.
-func (r *Router) Route(key service.Key) (effective, requested scaler.Route) {
+func (r *Router) Route(key service.Key) (effective, requested plan.Route) {
 	requested = r.requestedRoute(key)
 	effective, ok := r.cachedRoute(key)
 	if !ok {
@@ -297,8 +297,8 @@ func (r *Router) Route(key service.Key) (effective, requested scaler.Route) {
 // SetRoute records route as D's requested route and, once Run is running,
 // writes the EndpointSlices of D's routed Services now, returning the
 // write's error. D is also reconciled again through the queue.
-func (r *Router) SetRoute(ctx context.Context, key service.Key, route scaler.Route) error {
-	if route != scaler.RouteActivator && route != scaler.RoutePods {
+func (r *Router) SetRoute(ctx context.Context, key service.Key, route plan.Route) error {
+	if route != plan.RouteActivator && route != plan.RoutePods {
 		return fmt.Errorf("routing: route %v for %s; accepted: activator or pods", route, key)
 	}
 	r.mu.Lock()
@@ -338,7 +338,7 @@ func (r *Router) OnChange(f func(service.Key)) {
 
 // requestedRoute returns D's requested route, taking it from the route in
 // effect the first time one is known.
-func (r *Router) requestedRoute(key service.Key) scaler.Route {
+func (r *Router) requestedRoute(key service.Key) plan.Route {
 	r.mu.Lock()
 	req, ok := r.requested[key]
 	r.mu.Unlock()
@@ -347,7 +347,7 @@ func (r *Router) requestedRoute(key service.Key) scaler.Route {
 	}
 	eff, ok := r.cachedRoute(key)
 	if !ok {
-		return scaler.RouteUnknown
+		return plan.RouteUnknown
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -30,7 +30,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/service"
@@ -84,11 +84,10 @@ func userService(name string, selector map[string]string, ports ...corev1.Servic
 }
 
 type ep struct {
-	ip           string
-	ready        bool
-	pod, node    string
-	terminating  bool
-	addressType6 bool
+	ip          string
+	ready       bool
+	pod, node   string
+	terminating bool
 }
 
 func slice(namespace, name, svc, managedBy string, port int32, eps ...ep) *discoveryv1.EndpointSlice {
@@ -279,9 +278,7 @@ func (h *harness) writes() []string {
 		}
 		name := ""
 		switch a := a.(type) {
-		case k8stesting.CreateAction:
-			name = a.GetObject().(metav1.Object).GetName()
-		case k8stesting.UpdateAction:
+		case k8stesting.CreateAction: // an UpdateAction too: the two have the same methods
 			name = a.GetObject().(metav1.Object).GetName()
 		case k8stesting.DeleteAction:
 			name = a.GetName()
@@ -401,7 +398,7 @@ func TestTakeOverWritesTheSliceBeforeTheSelectorGoes(t *testing.T) {
 	equal(t, "saved selector", svc.Annotations[kube.AnnotationSelector], `{"app":"web"}`)
 	equal(t, "label", svc.Labels[kube.LabelDeployment], "web")
 	eff, req := h.r.Route(web)
-	equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RoutePods, scaler.RoutePods})
+	equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RoutePods, plan.RoutePods})
 	equal(t, "ready pods", h.r.ReadyPods(web), []string{"10.0.0.9", "10.0.0.10"})
 }
 
@@ -493,7 +490,7 @@ func TestActivatorRoute(t *testing.T) {
 	h.leader()
 	h.sync()
 	h.writes()
-	if err := h.r.SetRoute(h.ctx, web, scaler.RouteActivator); err != nil {
+	if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
 		t.Fatal(err)
 	}
 	equal(t, "writes", h.writes(), []string{"update endpointslices web-swell"})
@@ -503,7 +500,7 @@ func TestActivatorRoute(t *testing.T) {
 	equal(t, "endpoints", addresses(s), []string{"10.9.0.1@n1", "10.9.0.2@n2"})
 	h.settle()
 	eff, req := h.r.Route(web)
-	equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RouteActivator, scaler.RouteActivator})
+	equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RouteActivator})
 
 	// The activator's endpoints change: the slice follows.
 	act := activators(ep{ip: "10.9.0.3", ready: true}, ep{ip: "10.9.0.1", ready: true, node: "n1"}, ep{ip: "10.9.0.2", ready: false})
@@ -521,7 +518,7 @@ func TestNeverEmpty(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
 			podsSlice(ep{ip: "10.0.0.11", ready: false}), twoActivators())
 		h.leader()
-		if err := h.r.SetRoute(h.ctx, web, scaler.RoutePods); err != nil {
+		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
 			t.Fatal(err)
 		}
 		h.settle()
@@ -529,7 +526,7 @@ func TestNeverEmpty(t *testing.T) {
 		equal(t, "route label", s.Labels[kube.LabelRoute], kube.RouteActivator)
 		equal(t, "endpoints", addresses(s), []string{"10.9.0.1@n1", "10.9.0.2@n2"})
 		eff, req := h.r.Route(web)
-		equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RouteActivator, scaler.RoutePods})
+		equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RoutePods})
 
 		// A pod gets ready: the pods route takes effect.
 		if _, err := h.client.DiscoveryV1().EndpointSlices(ns).Update(h.ctx, podsSlice(ep{ip: "10.0.0.11", ready: true}), metav1.UpdateOptions{}); err != nil {
@@ -538,13 +535,13 @@ func TestNeverEmpty(t *testing.T) {
 		h.sync()
 		equal(t, "endpoints", addresses(h.routeSlice("web")), []string{"10.0.0.11"})
 		eff, req = h.r.Route(web)
-		equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RoutePods, scaler.RoutePods})
+		equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RoutePods, plan.RoutePods})
 	})
 	t.Run("activator asked, none ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods(),
 			activators(ep{ip: "10.9.0.1", ready: false}))
 		h.leader()
-		if err := h.r.SetRoute(h.ctx, web, scaler.RouteActivator); err != nil {
+		if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
 			t.Fatal(err)
 		}
 		h.settle()
@@ -552,7 +549,7 @@ func TestNeverEmpty(t *testing.T) {
 		equal(t, "route label", s.Labels[kube.LabelRoute], kube.RoutePods)
 		equal(t, "endpoints", addresses(s), []string{"10.0.0.9:web-a@n1", "10.0.0.10:web-b@n2"})
 		eff, req := h.r.Route(web)
-		equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RoutePods, scaler.RouteActivator})
+		equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RoutePods, plan.RouteActivator})
 	})
 	t.Run("neither ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
@@ -560,7 +557,7 @@ func TestNeverEmpty(t *testing.T) {
 		h.leader()
 		h.sync()
 		h.writes()
-		if err := h.r.SetRoute(h.ctx, web, scaler.RoutePods); err != nil {
+		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "writes", h.writes(), []string(nil))
@@ -577,7 +574,7 @@ func TestNeverEmpty(t *testing.T) {
 		}
 		h.writes()
 		h.sync()
-		if err := h.r.SetRoute(h.ctx, web, scaler.RouteActivator); err != nil {
+		if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "writes", h.writes(), []string(nil))
@@ -597,7 +594,7 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 	}
 	for range 3 {
 		h.sync()
-		if err := h.r.SetRoute(h.ctx, web, scaler.RoutePods); err != nil {
+		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -681,13 +678,13 @@ func TestNewRouterReportsTheRouteInEffect(t *testing.T) {
 	h := newHarness(t, d, svc, pods, old, twoPods(), act)
 
 	eff, req := h.r.Route(web)
-	equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RouteActivator, scaler.RouteActivator})
+	equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RouteActivator})
 	h.leader()
 	h.sync()
 	equal(t, "writes", h.writes(), []string(nil))
 
 	eff, req = h.r.Route(service.Key{Namespace: ns, Name: "other"})
-	equal(t, "unknown", []scaler.Route{eff, req}, []scaler.Route{scaler.RouteUnknown, scaler.RouteUnknown})
+	equal(t, "unknown", []plan.Route{eff, req}, []plan.Route{plan.RouteUnknown, plan.RouteUnknown})
 }
 
 func TestSelectorPutBackIsTakenAgain(t *testing.T) {
@@ -891,7 +888,7 @@ func TestReadyPods(t *testing.T) {
 
 func TestSetRouteRejectsUnknown(t *testing.T) {
 	h := newHarness(t)
-	err := h.r.SetRoute(h.ctx, web, scaler.RouteUnknown)
+	err := h.r.SetRoute(h.ctx, web, plan.RouteUnknown)
 	if err == nil || !strings.Contains(err.Error(), "accepted: activator or pods") {
 		t.Fatalf("err = %v", err)
 	}
@@ -899,12 +896,12 @@ func TestSetRouteRejectsUnknown(t *testing.T) {
 
 func TestSetRouteBeforeRunWritesNothing(t *testing.T) {
 	h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods(), twoActivators())
-	if err := h.r.SetRoute(h.ctx, web, scaler.RouteActivator); err != nil {
+	if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
 		t.Fatal(err)
 	}
 	equal(t, "writes", h.writes(), []string(nil))
 	eff, req := h.r.Route(web)
-	equal(t, "route", []scaler.Route{eff, req}, []scaler.Route{scaler.RouteActivator, scaler.RouteActivator})
+	equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RouteActivator})
 }
 
 // TestRun drives the Router through its queue: a Deployment is routed as
@@ -956,17 +953,17 @@ func TestRun(t *testing.T) {
 	}
 	h.eventually("the pods route", func() bool {
 		eff, _ := h.r.Route(web)
-		return eff == scaler.RoutePods && changes() >= 2
+		return eff == plan.RoutePods && changes() >= 2
 	})
 	equal(t, "ready pods", h.r.ReadyPods(web), []string{"10.0.0.9", "10.0.0.10"})
 
 	before := changes()
-	if err := h.r.SetRoute(h.ctx, web, scaler.RouteActivator); err != nil {
+	if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
 		t.Fatal(err)
 	}
 	h.eventually("the activator route", func() bool {
 		eff, req := h.r.Route(web)
-		return eff == scaler.RouteActivator && req == scaler.RouteActivator && changes() > before
+		return eff == plan.RouteActivator && req == plan.RouteActivator && changes() > before
 	})
 	equal(t, "endpoints", addresses(h.routeSlice("web")), []string{"10.9.0.1@n1", "10.9.0.2@n2"})
 
@@ -1006,20 +1003,20 @@ func TestChooseOrder(t *testing.T) {
 	pods := []endpoint{{}}
 	act := activator{endpoints: []endpoint{{}}, port: actPort}
 	for _, tc := range []struct {
-		want    scaler.Route
+		want    plan.Route
 		pods    []endpoint
 		act     activator
 		route   string
 		ok      bool
 		comment string
 	}{
-		{scaler.RoutePods, pods, act, kube.RoutePods, true, "as asked"},
-		{scaler.RouteActivator, pods, act, kube.RouteActivator, true, "as asked"},
-		{scaler.RouteUnknown, pods, act, kube.RoutePods, true, "pods by default"},
-		{scaler.RoutePods, nil, act, kube.RouteActivator, true, "no pod"},
-		{scaler.RouteActivator, pods, activator{}, kube.RoutePods, true, "no activator"},
-		{scaler.RouteActivator, pods, activator{endpoints: act.endpoints}, kube.RoutePods, true, "activator without its port"},
-		{scaler.RoutePods, nil, activator{}, "", false, "neither"},
+		{plan.RoutePods, pods, act, kube.RoutePods, true, "as asked"},
+		{plan.RouteActivator, pods, act, kube.RouteActivator, true, "as asked"},
+		{plan.RouteUnknown, pods, act, kube.RoutePods, true, "pods by default"},
+		{plan.RoutePods, nil, act, kube.RouteActivator, true, "no pod"},
+		{plan.RouteActivator, pods, activator{}, kube.RoutePods, true, "no activator"},
+		{plan.RouteActivator, pods, activator{endpoints: act.endpoints}, kube.RoutePods, true, "activator without its port"},
+		{plan.RoutePods, nil, activator{}, "", false, "neither"},
 	} {
 		got, ok := choose(tc.want, tc.pods, tc.act)
 		if got.route != tc.route || ok != tc.ok {

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/swell-run/swell/autoscaler/scaler"
+	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
@@ -85,7 +85,7 @@ func (r *Router) reconcile(ctx context.Context, d *appsv1.Deployment) error {
 
 // takeOver routes c's Service to d: Swell's EndpointSlice first, then the
 // selector goes, then the slices Kubernetes wrote for the selector.
-func (r *Router) takeOver(ctx context.Context, d *appsv1.Deployment, c candidate, want scaler.Route, pods []endpoint, podsKnown bool, act activator) error {
+func (r *Router) takeOver(ctx context.Context, d *appsv1.Deployment, c candidate, want plan.Route, pods []endpoint, podsKnown bool, act activator) error {
 	svc := c.svc
 	name := kube.RouteSliceName(svc.Name)
 	r.mu.Lock()

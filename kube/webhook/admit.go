@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"go.uber.org/zap"
@@ -15,12 +16,6 @@ import (
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/autoscaling"
-)
-
-// The kinds the webhooks look at; every other kind is allowed untouched.
-var (
-	appsWorkloads = map[string]bool{"Deployment": true, "StatefulSet": true, "ReplicaSet": true}
-	podKind       = metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "Pod"}
 )
 
 // Warnings for objects that look meant for Swell but that Swell ignores.
@@ -176,24 +171,20 @@ func (a *admitter) decided(webhook string, req *admissionv1.AdmissionRequest, o 
 	return resp
 }
 
-// decode reads the object of a request the webhooks look at: a CREATE or
-// UPDATE of an apps/v1 Deployment, StatefulSet or ReplicaSet, or a CREATE
-// of a v1 Pod. It returns nil and nil for any other request, and a denial
-// for an object it cannot read.
+// decode reads the object of a request the webhooks look at: one of
+// inject.Kinds at one of its operations. It returns nil and nil for any
+// other request, and a denial for an object it cannot read.
 func decode(req *admissionv1.AdmissionRequest) (*object, *admissionv1.AdmissionResponse) {
 	if req.SubResource != "" {
 		// status, scale, ephemeralcontainers...: not the pod template.
 		return nil, nil
 	}
 	gvk := req.Kind
-	pod := gvk == podKind
-	switch {
-	case pod && req.Operation == admissionv1.Create:
-	case gvk.Group == "apps" && gvk.Version == "v1" && appsWorkloads[gvk.Kind] &&
-		(req.Operation == admissionv1.Create || req.Operation == admissionv1.Update):
-	default:
+	k, ok := inject.KindOf(gvk)
+	if !ok || !slices.Contains(k.Operations, req.Operation) {
 		return nil, nil
 	}
+	pod := k.Pod
 	what := gvk.Kind + " " + objectKey(req.Namespace, req.Name)
 	if len(req.Object.Raw) == 0 {
 		return nil, badRequest(fmt.Sprintf("%s: the request has no object", what))
@@ -209,8 +200,8 @@ func decode(req *admissionv1.AdmissionRequest) (*object, *admissionv1.AdmissionR
 		tm, o.meta = p.TypeMeta, p.ObjectMeta
 		o.tpl = corev1.PodTemplateSpec{ObjectMeta: p.ObjectMeta, Spec: p.Spec}
 	} else {
-		// Only what injection reads: the fields of the three kinds in
-		// common.
+		// Only what injection reads: the fields the workload kinds have
+		// in common.
 		var w struct {
 			metav1.TypeMeta `json:",inline"`
 			Metadata        metav1.ObjectMeta `json:"metadata"`
@@ -223,10 +214,7 @@ func decode(req *admissionv1.AdmissionRequest) (*object, *admissionv1.AdmissionR
 		}
 		tm, o.meta, o.tpl = w.TypeMeta, w.Metadata, w.Spec.Template
 	}
-	apiVersion := gvk.Version
-	if gvk.Group != "" {
-		apiVersion = gvk.Group + "/" + gvk.Version
-	}
+	apiVersion := k.APIVersion()
 	if (tm.Kind != "" || tm.APIVersion != "") && (tm.Kind != gvk.Kind || tm.APIVersion != apiVersion) {
 		return nil, badRequest(fmt.Sprintf("%s: the object is apiVersion %q kind %q; accepted: apiVersion %q kind %q, as the request says", what, tm.APIVersion, tm.Kind, apiVersion, gvk.Kind))
 	}

@@ -34,6 +34,7 @@ var testInject = inject.Config{
 
 var (
 	deploymentKind = metav1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
+	podKind        = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
 	configMapKind  = metav1.GroupVersionKind{Group: "", Version: "v1", Kind: "ConfigMap"}
 )
 

@@ -104,12 +104,13 @@ func Load(path string) (*File, error) {
 // annotation is an error, so a misspelt key never goes unnoticed.
 //
 // Every problem is reported at once, joined with errors.Join in file
-// order, each as "path:line: field: problem; accepted: ...". Problems of
-// autoscaling keys unwrap to *autoscaling.Error. Anchors and aliases are
-// followed; a file holds one YAML document of at most MaxFileSize bytes.
+// order, each as "path:line: field: problem; accepted: ..." and unwrapping
+// to an *autoscaling.Error. Anchors and aliases are followed; a file holds
+// one YAML document of at most MaxFileSize bytes.
 func Parse(path string, data []byte) (*File, error) {
 	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("%s: file is larger than 1 MiB; accepted: a swell.yaml of at most 1 MiB", path)
+		return nil, &autoscaling.Error{Key: path, Name: path, Problem: "file is larger than 1 MiB", NoValue: true,
+			Accepted: "a swell.yaml of at most 1 MiB"}
 	}
 	r := &reader{path: path, budget: maxNodes}
 	f := r.file(data)

@@ -103,12 +103,12 @@ func TestParseErrors(t *testing.T) {
 		{"syntax", "services:\n  - name: a\n   command: [\n", [][]string{{"swell.yaml:", "invalid YAML"}}},
 		{"two documents", svc + "---\n" + svc, [][]string{{"swell.yaml:4: a second YAML document"}}},
 		{"unknown top field", "servics:\n  - name: a\n", [][]string{
-			{"swell.yaml:1: unknown field \"servics\"; did you mean services?"},
+			{"swell.yaml:1: servics: unknown field; accepted: defaults, services; did you mean services?"},
 			{"swell.yaml:1: services: is missing"}}},
 		{"unknown service field", svc + "    containerconcurrency: 3\n", [][]string{
-			{"swell.yaml:4: services[0]: unknown field \"containerconcurrency\"; did you mean containerConcurrency?"}}},
+			{"swell.yaml:4: services[0]: containerconcurrency: unknown field (value \"3\"); accepted: name, command, dir", "did you mean containerConcurrency?"}}},
 		{"unknown field far from any", svc + "    zzzzzz: 3\n", [][]string{
-			{"swell.yaml:4: services[0]: unknown field \"zzzzzz\"; accepted: name, command, dir"}}},
+			{"swell.yaml:4: services[0]: zzzzzz: unknown field (value \"3\"); accepted: name, command, dir"}}},
 		{"duplicate field", svc + "    name: b\n", [][]string{{"swell.yaml:4: services[0]: \"name\" is given twice (first at line 2)"}}},
 		{"service not a mapping", "services:\n  - hello\n", [][]string{{"swell.yaml:2: services[0]: is \"hello\"; accepted: a mapping"}}},
 		{"missing name and command", "services:\n  - dir: x\n", [][]string{
@@ -167,7 +167,7 @@ func TestParseErrors(t *testing.T) {
 		{"annotation misspelt prefix", svc + "    annotations:\n      autoscaling.swel.run/min-scale: 1\n", [][]string{
 			{"swell.yaml:5: services[0].annotations: autoscaling.swel.run/min-scale: unknown key", "did you mean autoscaling.swell.run/min-scale?"}}},
 		{"annotation foreign", svc + "    annotations:\n      example.com/x: y\n", [][]string{
-			{"swell.yaml:5: services[0].annotations: example.com/x: is not an autoscaling annotation; accepted: autoscaling.swell.run/*"}}},
+			{"swell.yaml:5: services[0].annotations: example.com/x: is not an autoscaling annotation (value \"y\"); accepted: autoscaling.swell.run/*"}}},
 		{"annotation cluster key", svc + "    annotations:\n      autoscaling.swell.run/tick-interval: 1s\n", [][]string{
 			{"swell.yaml:5: services[0].annotations: autoscaling.swell.run/tick-interval: is a cluster-wide setting"}}},
 		{"annotation conflict", svc + "    annotations:\n      autoscaling.swell.run/min-scale: 5\n      autoscaling.swell.run/max-scale: 2\n", [][]string{
@@ -211,6 +211,10 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(tt.want), err)
 			}
 			for i, frags := range tt.want {
+				var ae *autoscaling.Error
+				if !errors.As(errs[i], &ae) {
+					t.Errorf("error %d = %q does not unwrap to an *autoscaling.Error", i, errs[i])
+				}
 				msg := errs[i].Error()
 				if !strings.HasPrefix(msg, frags[0]) {
 					t.Errorf("error %d = %q\nwant it to start with %q", i, msg, frags[0])

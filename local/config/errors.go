@@ -2,58 +2,29 @@ package config
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
-	"github.com/swell-run/swell/pkg/spelling"
+	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
-// valueError is one bad value, without the name of what holds it:
+// badValue is a text value and what is wrong with it, named by what holds
+// it (a line and field, or a flag):
 //
 //	"Hello" is not a valid name; accepted: ...
-//
-// The file reader prefixes it with the file, line and field, the flags
-// with the flag's name.
-type valueError struct {
-	value string
-	// quoted shows value; false for a value that is not text (a list
-	// where a string belongs), which problem then describes.
-	quoted     bool
-	problem    string
-	accepted   string
-	suggestion string
+func badValue(value, problem, accepted string) *autoscaling.Error {
+	return &autoscaling.Error{Value: value, Problem: problem, Accepted: accepted}
 }
 
-func (e *valueError) Error() string {
-	var b strings.Builder
-	if e.quoted {
-		b.WriteString(strconv.Quote(e.value))
-		b.WriteString(" ")
-	}
-	b.WriteString(e.problem)
-	if e.accepted != "" {
-		b.WriteString("; accepted: ")
-		b.WriteString(e.accepted)
-	}
-	if e.suggestion != "" {
-		b.WriteString("; did you mean ")
-		b.WriteString(e.suggestion)
-		b.WriteString("?")
-	}
-	return b.String()
-}
-
-// badValue is the common case: a text value and what is wrong with it.
-func badValue(value, problem, accepted string) *valueError {
-	return &valueError{value: value, quoted: true, problem: problem, accepted: accepted}
+// noValue is a problem with nothing written to quote: a missing field, or
+// a value that is not text (problem then says what it is: "is a list").
+func noValue(problem, accepted string) *autoscaling.Error {
+	return &autoscaling.Error{Problem: problem, NoValue: true, Accepted: accepted}
 }
 
 // lineError places an error in a file:
 //
 //	swell.yaml:12: services[0].annotations: autoscaling.swell.run/min-scale: "abc" is not an integer; ...
 //
-// It unwraps to the error it places, which is an *autoscaling.Error for
-// problems the autoscaling parser found.
+// It unwraps to the error it places, an *autoscaling.Error.
 type lineError struct {
 	path  string
 	line  int
@@ -73,8 +44,9 @@ func (e *lineError) Unwrap() error { return e.err }
 // flagError names the flag a bad value came from:
 //
 //	--queue-depth: "x" is not an integer; accepted: an integer ≥ 0
-func flagError(name string, err error) error {
-	return fmt.Errorf("--%s: %w", name, err)
+func flagError(name string, e *autoscaling.Error) error {
+	e.Key, e.Name = name, "--"+name
+	return e
 }
 
 // splitErrors returns the errors joined in err (errors.Join), or err alone.
@@ -83,25 +55,4 @@ func splitErrors(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// suggest returns the candidate s most likely misspells, or "": the same
-// name in another case or separator style (containerconcurrency,
-// container-concurrency), else the closest within a couple of edits.
-func suggest(s string, candidates []string) string {
-	fold := func(s string) string {
-		return strings.NewReplacer("-", "", "_", "").Replace(strings.ToLower(s))
-	}
-	for _, c := range candidates {
-		if fold(c) == fold(s) {
-			return c
-		}
-	}
-	best, bestD := "", min(2, len(s)/3)+1
-	for _, c := range candidates {
-		if d := spelling.Distance(strings.ToLower(s), strings.ToLower(c)); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
+const acceptedArgv = "swell local [flags] -- CMD [ARGS...]"
+
 // Flags are the one-service flags of `swell local`: the service's own
 // settings and every autoscaling key (--min-scale, --window,
 // --enable-scale-to-zero...).
@@ -90,9 +92,9 @@ func (f *Flags) File(argv []string) (*File, error) {
 	s := Service{Name: f.name, Dir: f.dir}
 	switch {
 	case len(argv) == 0:
-		errs = append(errs, errors.New(`no command; accepted: swell local [flags] -- CMD [ARGS...]`))
+		errs = append(errs, noValue("no command", acceptedArgv))
 	case argv[0] == "":
-		errs = append(errs, errors.New(`the command's program name is empty; accepted: swell local [flags] -- CMD [ARGS...]`))
+		errs = append(errs, noValue("the command's program name is empty", acceptedArgv))
 	default:
 		s.Command = slices.Clone(argv)
 		if s.Name == "" {

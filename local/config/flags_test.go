@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"slices"
@@ -96,6 +97,10 @@ func TestFlagsFileErrors(t *testing.T) {
 				t.Fatalf("got %d errors, want %d:\n%v", len(errs), len(tt.want), err)
 			}
 			for i, frag := range tt.want {
+				var ae *autoscaling.Error
+				if !errors.As(errs[i], &ae) {
+					t.Errorf("error %d = %q is not an *autoscaling.Error", i, errs[i])
+				}
 				if !strings.Contains(errs[i].Error(), frag) {
 					t.Errorf("error %d = %q, want it to contain %q", i, errs[i], frag)
 				}

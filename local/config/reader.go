@@ -13,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/pkg/spelling"
 )
 
 // maxNodes bounds the nodes a file may make the reader visit, so that
@@ -78,9 +79,9 @@ func (r *reader) spend(n int, line int) bool {
 	r.budget -= n
 	if r.budget < 0 {
 		// What follows would be reported as missing: report only this.
-		r.errs = []*lineError{{path: r.path, line: line, err: &valueError{
-			problem:  "the file expands to too many values (aliases repeat large lists)",
-			accepted: "at most " + strconv.Itoa(maxNodes) + " values"}}}
+		r.errs = []*lineError{{path: r.path, line: line, err: noValue(
+			"the file expands to too many values (aliases repeat large lists)",
+			"at most "+strconv.Itoa(maxNodes)+" values")}}
 		return false
 	}
 	return true
@@ -91,7 +92,7 @@ func (r *reader) file(data []byte) *File {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			r.add(1, "", &valueError{problem: "the file is empty", accepted: acceptedFile})
+			r.add(1, "", noValue("the file is empty", acceptedFile))
 		} else {
 			r.syntax(err)
 		}
@@ -99,7 +100,7 @@ func (r *reader) file(data []byte) *File {
 	}
 	var next yaml.Node
 	if err := dec.Decode(&next); err == nil {
-		r.add(next.Line, "", &valueError{problem: "a second YAML document starts here", accepted: "one document"})
+		r.add(next.Line, "", noValue("a second YAML document starts here", "one document"))
 	} else if !errors.Is(err, io.EOF) {
 		r.syntax(err)
 	}
@@ -108,7 +109,7 @@ func (r *reader) file(data []byte) *File {
 		root = deref(doc.Content[0])
 	}
 	if isNull(root) {
-		r.add(max(1, root.Line), "", &valueError{problem: "the file is empty", accepted: acceptedFile})
+		r.add(max(1, root.Line), "", noValue("the file is empty", acceptedFile))
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
@@ -131,10 +132,10 @@ func (r *reader) file(data []byte) *File {
 	f := &File{Path: r.path, Defaults: r.defaults(defaults)}
 	switch {
 	case services == nil:
-		r.add(root.Line, "", &valueError{problem: "services: is missing", accepted: acceptedServices})
+		r.add(root.Line, "", noValue("services: is missing", acceptedServices))
 		return nil
 	case isNull(services):
-		r.add(servicesLine, "services", &valueError{problem: "is empty", accepted: acceptedServices})
+		r.add(servicesLine, "services", noValue("is empty", acceptedServices))
 		return nil
 	case services.Kind != yaml.SequenceNode:
 		r.wrongType(services, "services", acceptedServices)
@@ -142,7 +143,7 @@ func (r *reader) file(data []byte) *File {
 	}
 	items := r.items(services)
 	if len(services.Content) == 0 {
-		r.add(servicesLine, "services", &valueError{problem: "is empty", accepted: acceptedServices})
+		r.add(servicesLine, "services", noValue("is empty", acceptedServices))
 	}
 	lines := make([]serviceLines, 0, len(items))
 	for i, n := range items {
@@ -167,7 +168,7 @@ func (r *reader) syntax(err error) {
 			}
 		}
 	}
-	r.add(line, "", &valueError{problem: "invalid YAML: " + msg})
+	r.add(line, "", noValue("invalid YAML: "+msg, ""))
 }
 
 // defaults reads the defaults: mapping with autoscaling.ParseDefaults.
@@ -258,17 +259,17 @@ func (r *reader) service(i int, n *yaml.Node, d autoscaling.Defaults) (s Service
 		}
 	}
 	if !hasName {
-		r.add(n.Line, field, &valueError{problem: "has no name", accepted: acceptedName})
+		r.add(n.Line, field, noValue("has no name", acceptedName))
 	}
 	if !hasCommand {
-		r.add(n.Line, field, &valueError{problem: "has no command", accepted: acceptedCommand})
+		r.add(n.Line, field, noValue("has no command", acceptedCommand))
 	}
 	r.annotations(annotations, field, &s, ccLine, d)
 	return s, sl, len(r.errs) == before
 }
 
 // check reports err, if any.
-func (r *reader) check(line int, field string, err *valueError) {
+func (r *reader) check(line int, field string, err *autoscaling.Error) {
 	if err != nil {
 		r.add(line, field, err)
 	}
@@ -300,9 +301,9 @@ func (r *reader) annotations(n *yaml.Node, field string, s *Service, ccLine int,
 			case err != nil:
 				r.add(lines[k], f, err)
 			case ccLine > 0 && cc != s.ContainerConcurrency:
-				r.add(lines[k], f, fmt.Errorf("%s: %w", k, badValue(v,
-					fmt.Sprintf("disagrees with containerConcurrency %d (line %d)", s.ContainerConcurrency, ccLine),
-					"the same value, or only one of the two")))
+				r.add(lines[k], f, &autoscaling.Error{Key: k, Name: k, Value: v,
+					Problem:  fmt.Sprintf("disagrees with containerConcurrency %d (line %d)", s.ContainerConcurrency, ccLine),
+					Accepted: "the same value, or only one of the two"})
 			default:
 				s.ContainerConcurrency = cc
 			}
@@ -332,7 +333,8 @@ func (r *reader) annotations(n *yaml.Node, field string, s *Service, ccLine int,
 	}
 	for _, k := range foreign {
 		if !reported[k] {
-			r.add(lines[k], f, fmt.Errorf("%s: %w", k, &valueError{problem: "is not an autoscaling annotation", accepted: acceptedAnnotations}))
+			r.add(lines[k], f, &autoscaling.Error{Key: k, Name: k, Value: given[k], KeyProblem: true,
+				Problem: "is not an autoscaling annotation", Accepted: acceptedAnnotations})
 		}
 	}
 	s.Spec = spec
@@ -359,9 +361,9 @@ func (r *reader) command(n *yaml.Node, f string) []string {
 	}
 	switch {
 	case len(argv) == 0:
-		r.add(n.Line, f, &valueError{problem: "is empty", accepted: acceptedCommand})
+		r.add(n.Line, f, noValue("is empty", acceptedCommand))
 	case argv[0] == "":
-		r.add(n.Line, f, &valueError{problem: "has an empty program name", accepted: acceptedCommand})
+		r.add(n.Line, f, noValue("has an empty program name", acceptedCommand))
 	}
 	return argv
 }
@@ -483,7 +485,7 @@ func (r *reader) mapping(n *yaml.Node, field string) []pair {
 		}
 		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
-			r.add(k.Line, field, &valueError{problem: "has a key that is " + kind(k), accepted: "keys that are text"})
+			r.add(k.Line, field, noValue("has a key that is "+kind(k), "keys that are text"))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
@@ -536,20 +538,23 @@ func (r *reader) text(n *yaml.Node, field, accepted string) (string, bool) {
 // and booleans as written, an empty value as "".
 func (r *reader) scalarText(n *yaml.Node, field, key string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		r.add(n.Line, field, fmt.Errorf("%s: %w", key, &valueError{problem: "is " + kind(n), accepted: acceptedText}))
+		r.add(n.Line, field, &autoscaling.Error{Key: key, Name: key, Problem: "is " + kind(n), NoValue: true, Accepted: acceptedText})
 		return "", false
 	}
 	return n.Value, true
 }
 
 func (r *reader) wrongType(n *yaml.Node, field, accepted string) {
-	r.add(n.Line, field, &valueError{problem: "is " + kind(n), accepted: accepted})
+	r.add(n.Line, field, noValue("is "+kind(n), accepted))
 }
 
 func (r *reader) unknownField(p pair, field string, fields []string) {
-	e := &valueError{problem: "unknown field " + strconv.Quote(p.key), suggestion: suggest(p.key, fields)}
-	if e.suggestion == "" {
-		e.accepted = strings.Join(fields, ", ")
+	e := &autoscaling.Error{Key: p.key, Name: p.key, Problem: "unknown field", KeyProblem: true,
+		Accepted: strings.Join(fields, ", "), Suggestion: spelling.Suggest(p.key, fields)}
+	if p.val.Kind == yaml.ScalarNode && !isNull(p.val) {
+		e.Value = p.val.Value
+	} else {
+		e.NoValue = true
 	}
 	r.add(p.line, field, e)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 )
 
@@ -79,7 +80,7 @@ func nameFromCommand(program string) string {
 
 // parseCount reads a non-negative integer (containerConcurrency,
 // queueDepth).
-func parseCount(text string) (int, *valueError) {
+func parseCount(text string) (int, *autoscaling.Error) {
 	v, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
 	switch {
 	case err != nil && err.(*strconv.NumError).Err == strconv.ErrRange, err == nil && (v < 0 || v > math.MaxInt32):
@@ -92,7 +93,7 @@ func parseCount(text string) (int, *valueError) {
 
 // parseTimeout reads a request timeout: 0, or from network.RequestTimeoutMin to
 // network.RequestTimeoutMax.
-func parseTimeout(text string) (time.Duration, *valueError) {
+func parseTimeout(text string) (time.Duration, *autoscaling.Error) {
 	d, err := time.ParseDuration(strings.TrimSpace(text))
 	switch {
 	case err != nil:

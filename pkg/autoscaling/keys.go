@@ -2,8 +2,11 @@ package autoscaling
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/swell-run/swell/pkg/spelling"
 )
 
 // The keys, by bare name. A service writes them as annotations after
@@ -242,7 +245,7 @@ func durationKey(info KeyInfo, r durRange, field func(*settings) *time.Duration)
 			return "", ""
 		},
 		check:  func(s *settings) string { return check(*field(s)) },
-		format: func(s *settings) string { return formatDuration(*field(s)) },
+		format: func(s *settings) string { return FormatDuration(*field(s)) },
 	}
 }
 
@@ -268,13 +271,15 @@ func boolKey(info KeyInfo, field func(*settings) *bool) *entry {
 }
 
 // enumKey defines a key whose value is one of a few names, matched in any
-// letter case and stored in its canonical case.
+// letter case and stored in its canonical case. The names are its Type and
+// what it accepts.
 func enumKey[T ~string](info KeyInfo, what string, values []T, field func(*settings) *T) *entry {
 	names := make([]string, len(values))
 	for i, v := range values {
 		names[i] = string(v)
 	}
 	info.Type = strings.Join(names, "|")
+	info.Accepted = orList(names)
 	return &entry{
 		KeyInfo: info,
 		parse: func(text string, s *settings) (string, string) {
@@ -285,20 +290,11 @@ func enumKey[T ~string](info KeyInfo, what string, values []T, field func(*setti
 					return "", ""
 				}
 			}
-			lower := make([]string, len(names))
-			for i, n := range names {
-				lower[i] = strings.ToLower(n)
-			}
-			if sg := suggest(t, lower); sg != "" {
-				return "is not a known " + what, names[indexOf(lower, sg)]
-			}
-			return "is not a known " + what, ""
+			return "is not a known " + what, spelling.Suggest(t, names)
 		},
 		check: func(s *settings) string {
-			for _, v := range values {
-				if *field(s) == v {
-					return ""
-				}
+			if slices.Contains(values, *field(s)) {
+				return ""
 			}
 			return "is not a known " + what
 		},
@@ -306,13 +302,12 @@ func enumKey[T ~string](info KeyInfo, what string, values []T, field func(*setti
 	}
 }
 
-func indexOf(list []string, s string) int {
-	for i, c := range list {
-		if c == s {
-			return i
-		}
+// orList writes "a, b or c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
 	}
-	return -1
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 func policiesKey(info KeyInfo, field func(*settings) *[]HPAPolicy) *entry {
@@ -398,7 +393,7 @@ func formatPolicies(ps []HPAPolicy) string {
 		b.WriteByte('=')
 		b.WriteString(formatNumber(float64(p.Value)))
 		b.WriteByte('/')
-		b.WriteString(formatDuration(p.Period))
+		b.WriteString(FormatDuration(p.Period))
 	}
 	return b.String()
 }
@@ -408,11 +403,11 @@ const acceptedPolicies = `comma-separated TYPE=VALUE/PERIOD, TYPE Pods or Percen
 // table lists every key in documentation order. Errors come out in this
 // order too.
 var table = []*entry{
-	enumKey(KeyInfo{Name: KeyClass, Policies: "all", Accepted: "kpa, hpa, exponential or pid",
+	enumKey(KeyInfo{Name: KeyClass, Policies: "all",
 		Meaning: "the autoscaling policy"},
-		"policy", []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID},
+		"policy", Classes(),
 		func(s *settings) *Class { return &s.Class }),
-	enumKey(KeyInfo{Name: KeyMetric, Policies: "all", Accepted: "concurrency or rps",
+	enumKey(KeyInfo{Name: KeyMetric, Policies: "all",
 		Meaning: "what is measured and aimed at: requests in flight, or requests per second"},
 		"metric", []Metric{MetricConcurrency, MetricRPS},
 		func(s *settings) *Metric { return &s.Metric }),
@@ -432,7 +427,7 @@ var table = []*entry{
 		Meaning:  "the stable window the metric is averaged over"},
 		durRange{lo: WindowMin, hi: WindowMax, wholeSeconds: true},
 		func(s *settings) *time.Duration { return &s.StableWindow }),
-	enumKey(KeyInfo{Name: KeyWindowAveraging, Policies: "all", Accepted: "linear or exponential",
+	enumKey(KeyInfo{Name: KeyWindowAveraging, Policies: "all",
 		Meaning: "how a window averages its 1-second buckets: equally, or weighting recent ones more"},
 		"averaging", []Averaging{AveragingLinear, AveragingExponential},
 		func(s *settings) *Averaging { return &s.Averaging }),
@@ -513,7 +508,7 @@ var table = []*entry{
 		Accepted: acceptedPolicies,
 		Meaning:  "how much scaling up each policy allows per period"},
 		func(s *settings) *[]HPAPolicy { return &s.HPA.ScaleUp.Policies }),
-	enumKey(KeyInfo{Name: KeyHPAScaleUpSelectPolicy, Policies: "hpa", Accepted: "Max, Min or Disabled",
+	enumKey(KeyInfo{Name: KeyHPAScaleUpSelectPolicy, Policies: "hpa",
 		Meaning: "take the policy allowing the largest change, the smallest, or never scale up"},
 		"select policy", []string{SelectMax, SelectMin, SelectDisabled},
 		func(s *settings) *string { return &s.HPA.ScaleUp.SelectPolicy }),
@@ -526,7 +521,7 @@ var table = []*entry{
 		Accepted: acceptedPolicies,
 		Meaning:  "how much scaling down each policy allows per period"},
 		func(s *settings) *[]HPAPolicy { return &s.HPA.ScaleDown.Policies }),
-	enumKey(KeyInfo{Name: KeyHPAScaleDownSelectPolicy, Policies: "hpa", Accepted: "Max, Min or Disabled",
+	enumKey(KeyInfo{Name: KeyHPAScaleDownSelectPolicy, Policies: "hpa",
 		Meaning: "take the policy allowing the largest change, the smallest, or never scale down"},
 		"select policy", []string{SelectMax, SelectMin, SelectDisabled},
 		func(s *settings) *string { return &s.HPA.ScaleDown.SelectPolicy }),

@@ -125,7 +125,7 @@ func (p *parser) readAnnotation(k, v string) {
 	if !ok {
 		// A misspelt prefix in front of a known name is almost surely ours.
 		domain, name, found := strings.Cut(k, "/")
-		if found && spelling.Distance(strings.ToLower(domain+"/"), Prefix) <= 2 {
+		if found && spelling.Suggest(domain+"/", []string{Prefix}) != "" {
 			if e, ok := byName[name]; ok && e.Scope != ScopeCluster {
 				p.unknown(k, v, Prefix+name)
 			}
@@ -141,7 +141,7 @@ func (p *parser) readAnnotation(k, v string) {
 		}
 		p.unknown(k, v, sg)
 	case e.Scope == ScopeCluster:
-		p.errs = append(p.errs, &Error{Key: name, Name: k, Value: v, unknownKey: true,
+		p.errs = append(p.errs, &Error{Key: name, Name: k, Value: v, KeyProblem: true,
 			Problem:  "is a cluster-wide setting, not a per-service key",
 			Accepted: "only in the cluster defaults, as " + name + " (see docs/configuration.md)"})
 	default:
@@ -157,7 +157,7 @@ func (p *parser) readDefault(k, v string) {
 	e, ok := byName[k]
 	switch {
 	case ok && e.Scope == ScopeService:
-		p.errs = append(p.errs, &Error{Key: k, Name: k, Value: v, unknownKey: true,
+		p.errs = append(p.errs, &Error{Key: k, Name: k, Value: v, KeyProblem: true,
 			Problem:  "is a per-service key, not a cluster-wide default",
 			Accepted: KeyContainerConcurrencyTargetDefault + " or " + KeyRequestsPerSecondTargetDefault})
 	case ok:
@@ -170,11 +170,8 @@ func (p *parser) readDefault(k, v string) {
 }
 
 func (p *parser) unknown(k, v, suggestion string) {
-	e := &Error{Key: k, Name: k, Value: v, Problem: "unknown key", Suggestion: suggestion, unknownKey: true}
-	if suggestion == "" {
-		e.Accepted = "a key listed in docs/configuration.md"
-	}
-	p.errs = append(p.errs, e)
+	p.errs = append(p.errs, &Error{Key: k, Name: k, Value: v, Problem: "unknown key", KeyProblem: true,
+		Accepted: "a key listed in docs/configuration.md", Suggestion: suggestion})
 }
 
 // run parses every given key and checks every value it did not give (they

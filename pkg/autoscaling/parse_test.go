@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,7 +265,7 @@ func TestUnknownKeys(t *testing.T) {
 	for _, c := range []struct {
 		key, want string
 	}{
-		{"autoscaling.swell.run/minScale", `autoscaling.swell.run/minScale: unknown key (value "1"); did you mean autoscaling.swell.run/min-scale?`},
+		{"autoscaling.swell.run/minScale", `autoscaling.swell.run/minScale: unknown key (value "1"); accepted: a key listed in docs/configuration.md; did you mean autoscaling.swell.run/min-scale?`},
 		{"autoscaling.swell.run/min_scale", "did you mean autoscaling.swell.run/min-scale?"},
 		{"autoscaling.swell.run/MIN-SCALE", "did you mean autoscaling.swell.run/min-scale?"},
 		{"autoscaling.swell.run/min-scal", "did you mean autoscaling.swell.run/min-scale?"},
@@ -277,7 +278,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"autoscaling.swell.run/zzzzzzzz", "accepted: a key listed in docs/configuration.md"},
 		{"autoscaling.swell.run/", "unknown key"},
 		// A near miss of the prefix in front of a known key.
-		{"autoscaling.swel.run/min-scale", `autoscaling.swel.run/min-scale: unknown key (value "1"); did you mean autoscaling.swell.run/min-scale?`},
+		{"autoscaling.swel.run/min-scale", `autoscaling.swel.run/min-scale: unknown key (value "1"); accepted: a key listed in docs/configuration.md; did you mean autoscaling.swell.run/min-scale?`},
 		{"Autoscaling.Swell.Run/min-scale", "did you mean autoscaling.swell.run/min-scale?"},
 		// Cluster-wide settings are not per service.
 		{"autoscaling.swell.run/enable-scale-to-zero", `autoscaling.swell.run/enable-scale-to-zero: is a cluster-wide setting, not a per-service key (value "1"); accepted: only in the cluster defaults, as enable-scale-to-zero`},
@@ -305,7 +306,7 @@ func TestUnknownDefaultsKeys(t *testing.T) {
 	for _, c := range []struct {
 		key, want string
 	}{
-		{"stable-window", `stable-window: unknown key (value "1"); did you mean window?`},
+		{"stable-window", `stable-window: unknown key (value "1"); accepted: a key listed in docs/configuration.md; did you mean window?`},
 		{"container-concurrency-target-percentage", "did you mean target-utilization-percentage?"},
 		{"autoscaling.swell.run/min-scale", "did you mean min-scale?"},
 		{"tick-intervall", "did you mean tick-interval?"},
@@ -469,7 +470,6 @@ func TestErrorFields(t *testing.T) {
 	}
 	want := Error{Key: KeyMinScale, Name: Prefix + KeyMinScale, Value: "abc", Problem: "is not an integer",
 		Accepted: "an integer ≥ 0, at most max-scale when that is > 0"}
-	e.unknownKey = false
 	if *e != want {
 		t.Errorf("got %+v, want %+v", *e, want)
 	}
@@ -478,12 +478,37 @@ func TestErrorFields(t *testing.T) {
 	}
 }
 
+// TestErrorMessage: the three shapes of a message, for a bad value, a bad
+// key and a problem with nothing to quote.
+func TestErrorMessage(t *testing.T) {
+	for _, tc := range []struct {
+		e    Error
+		want string
+	}{
+		{Error{Name: "--window", Value: "5s", Problem: "is out of range", Accepted: "a duration from 6s to 1h"},
+			`--window: "5s" is out of range; accepted: a duration from 6s to 1h`},
+		{Error{Name: "class", Value: "kap", Problem: "is not a known policy", Accepted: "kpa or hpa", Suggestion: `"kpa"`},
+			`class: "kap" is not a known policy; accepted: kpa or hpa; did you mean "kpa"?`},
+		{Error{Name: "class", Problem: "is not a known policy"}, `class: "" is not a known policy`},
+		{Error{Name: "min-scal", Value: "1", Problem: "unknown key", KeyProblem: true, Accepted: "a known key", Suggestion: "min-scale"},
+			`min-scal: unknown key (value "1"); accepted: a known key; did you mean min-scale?`},
+		{Error{Name: "services[0]", Problem: "has no command", NoValue: true, Accepted: "a list of words"},
+			`services[0]: has no command; accepted: a list of words`},
+		{Error{Value: "Hello", Problem: "is not a valid name"}, `"Hello" is not a valid name`},
+		{Error{Problem: "the file is empty", NoValue: true, KeyProblem: true}, `the file is empty`},
+	} {
+		if got := tc.e.Error(); got != tc.want {
+			t.Errorf("%+v:\n got %s\nwant %s", tc.e, got, tc.want)
+		}
+	}
+}
+
 func TestKeysLists(t *testing.T) {
 	keys, cluster := Keys(), ClusterKeys()
-	if keys[0] != KeyClass || !contains(keys, KeyTarget) || contains(keys, KeyTickInterval) {
+	if keys[0] != KeyClass || !slices.Contains(keys, KeyTarget) || slices.Contains(keys, KeyTickInterval) {
 		t.Errorf("Keys = %v", keys)
 	}
-	if contains(cluster, KeyTarget) || !contains(cluster, KeyTickInterval) || !contains(cluster, KeyWindow) {
+	if slices.Contains(cluster, KeyTarget) || !slices.Contains(cluster, KeyTickInterval) || !slices.Contains(cluster, KeyWindow) {
 		t.Errorf("ClusterKeys = %v", cluster)
 	}
 	if i, ok := Info(KeyWindow); !ok || i.Default != "1m" || i.Type != "duration" {

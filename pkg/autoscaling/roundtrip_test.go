@@ -256,3 +256,30 @@ func TestRoundTripHandSetFractions(t *testing.T) {
 		t.Errorf("utilization written as %s", got)
 	}
 }
+
+func TestFormatDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{250 * time.Millisecond, "250ms"},
+		{1500 * time.Millisecond, "1.5s"},
+		{30 * time.Second, "30s"},
+		{90 * time.Second, "1m30s"},
+		{5 * time.Minute, "5m"},
+		{time.Hour, "1h"},
+		{90 * time.Minute, "1h30m"},
+		{time.Hour + 30*time.Second, "1h0m30s"},
+		{36 * time.Hour, "36h"},
+		{-5 * time.Minute, "-5m"},
+	} {
+		got := FormatDuration(tc.d)
+		if got != tc.want {
+			t.Errorf("FormatDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+		if back, ok := parseDuration(got); !ok || back != tc.d {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", got, back, ok, tc.d)
+		}
+	}
+}

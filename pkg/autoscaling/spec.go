@@ -19,6 +19,12 @@ const (
 	ClassPID         Class = "pid"
 )
 
+// Classes returns every policy, in documentation order: the values the
+// class key accepts.
+func Classes() []Class {
+	return []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID}
+}
+
 // Metric names what the autoscaler scales on.
 type Metric string
 

@@ -164,20 +164,19 @@ func formatScaled(v, unit float64) string {
 	return t
 }
 
-// formatDuration writes d as "1h", "5m", "90s", or Go's form when it is not
-// whole seconds ("1.5s", "250ms").
-func formatDuration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return "0s"
-	case d%time.Hour == 0:
-		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
-	case d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	case d%time.Second == 0:
-		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+// FormatDuration writes d as time.Duration.String does, without the zero
+// units it ends with: "5m" and "1h30m", not "5m0s" and "1h30m0s"; "1.5s",
+// "250ms" and "0s" as they are. time.ParseDuration, and every duration
+// key, read it back as d.
+func FormatDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
 	}
-	return d.String()
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
 }
 
 // panicWindow is the panic window for a stable window and a percentage: at

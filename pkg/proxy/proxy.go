@@ -14,6 +14,21 @@ import (
 	"github.com/swell-run/swell/pkg/network"
 )
 
+// Chain assembles a request path: the first stage wraps the second, and so
+// on, and the last stage wraps last. A nil stage (one a configuration turns
+// off) is left out. The queue-proxy's and the activator's paths are built
+// with it, so that each reads top to bottom in the order a request meets
+// its stages.
+func Chain(last http.Handler, stages ...func(http.Handler) http.Handler) http.Handler {
+	h := last
+	for i := len(stages) - 1; i >= 0; i-- {
+		if stages[i] != nil {
+			h = stages[i](h)
+		}
+	}
+	return h
+}
+
 // TransportOptions tunes NewTransport for its upstreams.
 type TransportOptions struct {
 	// DialTimeout bounds a connection attempt.

@@ -3,6 +3,7 @@
 package service
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -23,6 +24,12 @@ type Key struct {
 // String returns "namespace/name", the form of logs, events, the
 // Swell-Service header and the activators' reports.
 func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// Compare orders keys by namespace, then name: -1, 0 or +1, for
+// slices.SortFunc.
+func (k Key) Compare(o Key) int {
+	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Name, o.Name))
+}
 
 // IsZero reports whether k is the zero Key.
 func (k Key) IsZero() bool { return k == Key{} }

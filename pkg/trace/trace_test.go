@@ -10,6 +10,9 @@ import (
 )
 
 func TestReadTokens(t *testing.T) {
+	// The first two rows are the first two requests of the Azure LLM
+	// inference trace (conversation workload, Azure Public Dataset, CC-BY
+	// 4.0; Patel et al., "Splitwise", ISCA 2024), as NOTICE attributes.
 	const in = "TIMESTAMP,ContextTokens,GeneratedTokens\r\n" +
 		"2023-11-16 18:15:46.6805900,374,44\r\n" +
 		"2023-11-16 18:15:50.9951690,396,109\r\n" +

@@ -593,7 +593,7 @@ func WaitNodeReady(ctx context.Context, client kubernetes.Interface, name string
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	last := errors.New("not seen yet")
+	var last error
 	for {
 		node, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

@@ -7,15 +7,20 @@ import (
 	"sync/atomic"
 
 	"github.com/swell-run/swell/pkg/breaker"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
-// service is the activator's state for one service: its throttler (a
+// target is the activator's state for one service: its throttler (a
 // breaker whose capacity follows the routable pods), its pods, its tracker
-// and its metrics. It serves the requests routed to it (handler.go).
-type service struct {
-	a       *Activator
-	key     string
+// and its metrics. The stages of the chain (chain.go) serve the requests
+// routed to it.
+type target struct {
+	a   *Activator
+	key service.Key
+	// name is key.String(), made once: the metrics' label, the pokes and
+	// the reports carry it.
+	name    string
 	br      *breaker.Breaker
 	tracker *stats.Tracker
 	m       serviceMetrics
@@ -34,46 +39,35 @@ type service struct {
 	closed bool
 }
 
-func (a *Activator) newService(key string) *service {
+func (a *Activator) newTarget(key service.Key) *target {
 	// Capacity 0 admits nobody until a pod is routable; the queue depth was
 	// validated by New, so the error cannot happen.
 	br, _ := breaker.New(breaker.Params{Capacity: 0, QueueDepth: a.cfg.QueueDepth})
-	s := &service{
+	name := key.String()
+	t := &target{
 		a:       a,
 		key:     key,
+		name:    name,
 		br:      br,
 		tracker: stats.NewTracker(a.clk.Now()),
-		m:       a.metrics.forService(key),
+		m:       a.metrics.forService(name),
 		pods:    map[string]*pod{},
 	}
-	s.routable.Store(new([]*pod))
+	t.routable.Store(new([]*pod))
 	ch := make(chan struct{})
-	s.changed.Store(&ch)
-	return s
+	t.changed.Store(&ch)
+	return t
 }
 
 // routableCount returns how many pods may take traffic now.
-func (s *service) routableCount() int { return len(*s.routable.Load()) }
-
-// pick chooses a routable pod with a free slot and reserves it.
-func (s *service) pick() *pod {
-	pods := *s.routable.Load()
-	switch cc := s.cc.Load(); {
-	case cc == 0:
-		return pickTwoChoices(pods)
-	case cc <= 3:
-		return pickFirst(pods, cc)
-	default:
-		return pickRoundRobin(pods, cc, &s.rr)
-	}
-}
+func (t *target) routableCount() int { return len(*t.routable.Load()) }
 
 // update applies the source's view of the service: its concurrency and its
 // pods. New pods start being probed; vanished ones stop and leave routable.
-func (s *service) update(sv Service) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+func (t *target) update(sv Service) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
 		return
 	}
 	// A source lists every service on any change; one whose concurrency
@@ -81,110 +75,110 @@ func (s *service) update(sv Service) {
 	// waiting requests are not woken for nothing. New pods are not
 	// routable until their probe passes (markRoutable publishes then).
 	cc := int64(max(sv.ContainerConcurrency, 0))
-	changed := s.cc.Swap(cc) != cc
+	changed := t.cc.Swap(cc) != cc
 	seen := make(map[string]bool, len(sv.Pods))
 	for _, sp := range sv.Pods {
 		seen[sp.Name] = true
-		if p := s.pods[sp.Name]; p != nil {
+		if p := t.pods[sp.Name]; p != nil {
 			if p.addr == sp.Addr {
 				continue
 			}
 			changed = changed || p.routable
-			s.forgetLocked(p)
+			t.forgetLocked(p)
 		}
 		p := &pod{name: sp.Name, addr: sp.Addr}
-		s.pods[sp.Name] = p
-		s.probeLocked(p)
+		t.pods[sp.Name] = p
+		t.probeLocked(p)
 	}
-	for name, p := range s.pods {
+	for name, p := range t.pods {
 		if !seen[name] {
 			changed = changed || p.routable
-			s.forgetLocked(p)
+			t.forgetLocked(p)
 		}
 	}
 	if changed {
-		s.publishLocked()
+		t.publishLocked()
 	}
 }
 
 // close stops all probing and routes nothing more to the service's pods.
 // Requests already queued wait out their bound.
-func (s *service) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range s.pods {
-		s.forgetLocked(p)
+func (t *target) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pods {
+		t.forgetLocked(p)
 	}
-	s.closed = true
-	s.publishLocked()
-	s.a.metrics.deleteService(s.key)
+	t.closed = true
+	t.publishLocked()
+	t.a.metrics.deleteService(t.name)
 }
 
-func (s *service) forgetLocked(p *pod) {
+func (t *target) forgetLocked(p *pod) {
 	if p.stop != nil {
 		p.stop()
 		p.stop = nil
 	}
 	p.routable = false
-	delete(s.pods, p.name)
+	delete(t.pods, p.name)
 }
 
 // probeLocked starts probing p until it answers as ready.
-func (s *service) probeLocked(p *pod) {
+func (t *target) probeLocked(p *pod) {
 	if p.stop != nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(s.a.baseContext())
+	ctx, cancel := context.WithCancel(t.a.baseContext())
 	p.stop = cancel
-	s.a.probers.Go(func() { s.a.probeUntilReady(ctx, s, p) })
+	t.a.probers.Go(func() { t.a.probeUntilReady(ctx, t, p) })
 }
 
 // markRoutable makes p take traffic after its probe passed.
-func (s *service) markRoutable(p *pod) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pods[p.name] != p || p.routable {
+func (t *target) markRoutable(p *pod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pods[p.name] != p || p.routable {
 		return // removed meanwhile
 	}
 	p.routable, p.stop = true, nil
-	s.publishLocked()
+	t.publishLocked()
 }
 
 // drop takes p out of routable at once after it refused a connection, and
 // probes it again: it may be restarting, or gone and about to leave the
 // source.
-func (s *service) drop(p *pod) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pods[p.name] != p || !p.routable {
+func (t *target) drop(p *pod) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pods[p.name] != p || !p.routable {
 		return
 	}
 	p.routable = false
-	s.publishLocked()
-	s.probeLocked(p)
+	t.publishLocked()
+	t.probeLocked(p)
 }
 
 // publishLocked recomputes routable and the breaker's capacity from pods.
 // When capacity grows the new pods are published first, when it shrinks
 // last, so an admitted request always finds a pod with a free slot.
-func (s *service) publishLocked() {
-	pods := make([]*pod, 0, len(s.pods))
-	for _, p := range s.pods {
+func (t *target) publishLocked() {
+	pods := make([]*pod, 0, len(t.pods))
+	for _, p := range t.pods {
 		if p.routable {
 			pods = append(pods, p)
 		}
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].name < pods[j].name })
-	c := capacity(len(pods), int(s.cc.Load()))
-	if c >= s.br.Capacity() {
-		s.routable.Store(&pods)
-		s.br.SetCapacity(c)
+	c := capacity(len(pods), int(t.cc.Load()))
+	if c >= t.br.Capacity() {
+		t.routable.Store(&pods)
+		t.br.SetCapacity(c)
 	} else {
-		s.br.SetCapacity(c)
-		s.routable.Store(&pods)
+		t.br.SetCapacity(c)
+		t.routable.Store(&pods)
 	}
 	ch := make(chan struct{})
-	close(*s.changed.Swap(&ch))
+	close(*t.changed.Swap(&ch))
 }
 
 // capacity is the breaker capacity for n routable pods taking cc each

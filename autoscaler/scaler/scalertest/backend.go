@@ -1,9 +1,14 @@
-package scaler
+// Package scalertest provides an in-memory scaler.Backend for tests of the
+// executor, the autoscaler and the simulator.
+package scalertest
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/swell-run/swell/autoscaler/plan"
+	"github.com/swell-run/swell/autoscaler/scaler"
 
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -31,13 +36,13 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
 
-// Call is one call a FakeBackend received.
+// Call is one call a Backend received.
 type Call struct {
 	Op      Op
 	Service service.Key
 	// Replicas is SetScale's argument; Route is SetRoute's.
 	Replicas int
-	Route    Route
+	Route    plan.Route
 	// Err is what the call returned.
 	Err error
 }
@@ -58,14 +63,14 @@ func (c Call) String() string {
 	return s
 }
 
-// FakeBackend is an in-memory Backend for tests of the executor, the engine
+// Backend is an in-memory Backend for tests of the executor, the engine
 // and the simulator. It records every call, lets a test inject errors and
 // latency through a hook, and simulates the delay between asking for a
 // route switch and the switch taking effect.
 //
 // By default a route switch takes effect at once and ready pods do not
 // follow the desired count; both are switchable.
-type FakeBackend struct {
+type Backend struct {
 	mu           sync.Mutex
 	services     map[service.Key]*fakeService
 	calls        []Call
@@ -76,26 +81,26 @@ type FakeBackend struct {
 }
 
 type fakeService struct {
-	status Status
+	status plan.Status
 }
 
-// NewFakeBackend returns an empty FakeBackend. Services must be added with
-// Set before the executor can see them; unknown ones give ErrNotFound.
-func NewFakeBackend() *FakeBackend {
-	return &FakeBackend{services: make(map[service.Key]*fakeService)}
+// NewBackend returns an empty Backend. Services must be added with
+// Set before the executor can see them; unknown ones give scaler.ErrNotFound.
+func NewBackend() *Backend {
+	return &Backend{services: make(map[service.Key]*fakeService)}
 }
 
-var _ Backend = (*FakeBackend)(nil)
+var _ scaler.Backend = (*Backend)(nil)
 
-// Status implements Backend.
-func (f *FakeBackend) Status(ctx context.Context, svc service.Key) (Status, error) {
-	var st Status
+// Status implements scaler.Backend.
+func (f *Backend) Status(ctx context.Context, svc service.Key) (plan.Status, error) {
+	var st plan.Status
 	err := f.call(ctx, Call{Op: OpStatus, Service: svc}, func(s *fakeService) { st = s.status })
 	return st, err
 }
 
-// SetScale implements Backend.
-func (f *FakeBackend) SetScale(ctx context.Context, svc service.Key, replicas int) error {
+// SetScale implements scaler.Backend.
+func (f *Backend) SetScale(ctx context.Context, svc service.Key, replicas int) error {
 	return f.call(ctx, Call{Op: OpSetScale, Service: svc, Replicas: replicas}, func(s *fakeService) {
 		s.status.Desired = replicas
 		if f.readyFollows {
@@ -104,9 +109,9 @@ func (f *FakeBackend) SetScale(ctx context.Context, svc service.Key, replicas in
 	})
 }
 
-// SetRoute implements Backend. The route takes effect at once unless
+// SetRoute implements scaler.Backend. The route takes effect at once unless
 // SetHoldRoutes(true), in which case it waits for ConfirmRoute.
-func (f *FakeBackend) SetRoute(ctx context.Context, svc service.Key, route Route) error {
+func (f *Backend) SetRoute(ctx context.Context, svc service.Key, route plan.Route) error {
 	return f.call(ctx, Call{Op: OpSetRoute, Service: svc, Route: route}, func(s *fakeService) {
 		s.status.Requested = route
 		if !f.holdRoutes {
@@ -117,7 +122,7 @@ func (f *FakeBackend) SetRoute(ctx context.Context, svc service.Key, route Route
 
 // call runs one backend call: the hook first, then do on the service under
 // the lock, recording the call with its outcome either way.
-func (f *FakeBackend) call(ctx context.Context, c Call, do func(*fakeService)) error {
+func (f *Backend) call(ctx context.Context, c Call, do func(*fakeService)) error {
 	if err := f.enter(ctx, c); err != nil {
 		return err
 	}
@@ -126,14 +131,14 @@ func (f *FakeBackend) call(ctx context.Context, c Call, do func(*fakeService)) e
 	if s, ok := f.services[c.Service]; ok {
 		do(s)
 	} else {
-		c.Err = fmt.Errorf("%s: %w", c.Service, ErrNotFound)
+		c.Err = fmt.Errorf("%s: %w", c.Service, scaler.ErrNotFound)
 	}
 	f.calls = append(f.calls, c)
 	return c.Err
 }
 
 // enter runs the hook; a failing call is recorded with its error.
-func (f *FakeBackend) enter(ctx context.Context, c Call) error {
+func (f *Backend) enter(ctx context.Context, c Call) error {
 	f.mu.Lock()
 	hook := f.hook
 	f.mu.Unlock()
@@ -153,7 +158,7 @@ func (f *FakeBackend) enter(ctx context.Context, c Call) error {
 // SetHook installs h, called at the start of every call with the call's
 // context. An error from h fails the call with that error; blocking in h
 // (on a channel, minding ctx) makes the call slow. nil removes the hook.
-func (f *FakeBackend) SetHook(h func(ctx context.Context, c Call) error) {
+func (f *Backend) SetHook(h func(ctx context.Context, c Call) error) {
 	f.mu.Lock()
 	f.hook = h
 	f.mu.Unlock()
@@ -161,7 +166,7 @@ func (f *FakeBackend) SetHook(h func(ctx context.Context, c Call) error) {
 
 // SetHoldRoutes makes route switches wait for ConfirmRoute (true) or take
 // effect at once (false, the default).
-func (f *FakeBackend) SetHoldRoutes(hold bool) {
+func (f *Backend) SetHoldRoutes(hold bool) {
 	f.mu.Lock()
 	f.holdRoutes = hold
 	f.mu.Unlock()
@@ -169,7 +174,7 @@ func (f *FakeBackend) SetHoldRoutes(hold bool) {
 
 // SetReadyFollowsDesired makes SetScale set Ready too, as if pods started
 // instantly.
-func (f *FakeBackend) SetReadyFollowsDesired(on bool) {
+func (f *Backend) SetReadyFollowsDesired(on bool) {
 	f.mu.Lock()
 	f.readyFollows = on
 	f.mu.Unlock()
@@ -179,7 +184,7 @@ func (f *FakeBackend) SetReadyFollowsDesired(on bool) {
 // own — Set, SetReady, ConfirmRoute — the way an informer reports one.
 // Wire it to Executor.Resync. It is not called for the executor's own
 // SetScale and SetRoute.
-func (f *FakeBackend) OnChange(fn func(service.Key)) {
+func (f *Backend) OnChange(fn func(service.Key)) {
 	f.mu.Lock()
 	f.onChange = fn
 	f.mu.Unlock()
@@ -187,8 +192,8 @@ func (f *FakeBackend) OnChange(fn func(service.Key)) {
 
 // Set creates svc or overwrites its state, as a person running `kubectl
 // scale` would. A zero s.Requested is taken to be s.Route.
-func (f *FakeBackend) Set(svc service.Key, s Status) {
-	if s.Requested == RouteUnknown {
+func (f *Backend) Set(svc service.Key, s plan.Status) {
+	if s.Requested == plan.RouteUnknown {
 		s.Requested = s.Route
 	}
 	f.mu.Lock()
@@ -201,7 +206,7 @@ func (f *FakeBackend) Set(svc service.Key, s Status) {
 }
 
 // SetReady sets svc's ready pods (pods started or died).
-func (f *FakeBackend) SetReady(svc service.Key, ready int) {
+func (f *Backend) SetReady(svc service.Key, ready int) {
 	f.mu.Lock()
 	s, ok := f.services[svc]
 	if ok {
@@ -216,7 +221,7 @@ func (f *FakeBackend) SetReady(svc service.Key, ready int) {
 
 // ConfirmRoute makes svc's requested route take effect, and reports
 // whether it was not in effect yet.
-func (f *FakeBackend) ConfirmRoute(svc service.Key) bool {
+func (f *Backend) ConfirmRoute(svc service.Key) bool {
 	f.mu.Lock()
 	s, ok := f.services[svc]
 	ok = ok && s.status.Route != s.status.Requested
@@ -232,25 +237,25 @@ func (f *FakeBackend) ConfirmRoute(svc service.Key) bool {
 }
 
 // Get returns svc's state without recording a call.
-func (f *FakeBackend) Get(svc service.Key) (Status, bool) {
+func (f *Backend) Get(svc service.Key) (plan.Status, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s, ok := f.services[svc]
 	if !ok {
-		return Status{}, false
+		return plan.Status{}, false
 	}
 	return s.status, true
 }
 
 // Calls returns every call received so far, failed ones included, in order.
-func (f *FakeBackend) Calls() []Call {
+func (f *Backend) Calls() []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]Call(nil), f.calls...)
 }
 
 // Writes returns the successful SetScale and SetRoute calls, in order.
-func (f *FakeBackend) Writes() []Call {
+func (f *Backend) Writes() []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var w []Call
@@ -263,7 +268,7 @@ func (f *FakeBackend) Writes() []Call {
 }
 
 // ResetCalls forgets the calls recorded so far.
-func (f *FakeBackend) ResetCalls() {
+func (f *Backend) ResetCalls() {
 	f.mu.Lock()
 	f.calls = f.calls[:0] // Calls hands out copies: the array is ours
 	f.mu.Unlock()

@@ -8,15 +8,15 @@ import "testing"
 // publishes it.
 func TestUnchangedServiceNotRepublished(t *testing.T) {
 	p := newFakePod(t, "p1", true)
-	hello := Service{Key: "default/hello", Pods: []Pod{p.pod()}}
+	hello := Service{Key: helloKey, Pods: []Pod{p.pod()}}
 	e := newEnv(t, NewMemorySource(hello), nil, nil)
-	e.waitRoutable(t, "default/hello", 1)
-	s := e.a.table.Load().byKey["default/hello"]
+	e.waitRoutable(t, helloKey, 1)
+	s := e.a.table.Load().byKey[helloKey]
 	published := *s.changed.Load()
 
 	// Another service appearing re-lists hello as it was.
 	synced := *e.a.tableChanged.Load()
-	e.src.Set(Service{Key: "default/other"})
+	e.src.Set(Service{Key: mustKey("default/other")})
 	recv(t, synced, "sync of the new service")
 	select {
 	case <-published:

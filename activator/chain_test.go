@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,13 +12,13 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/pkg/stats"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // TestColdStart: a request for a service with no pod pokes at once, waits,
 // and is served once a pod is added and its probe passes.
 func TestColdStart(t *testing.T) {
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1})
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1})
 	pokes := make(chan string, 10)
 	e := newEnv(t, src, func(c *Config) {
 		c.Poke = func(s string) {
@@ -29,7 +28,7 @@ func TestColdStart(t *testing.T) {
 			}
 		}
 	}, nil)
-	e.waitRoutable(t, "default/hello", 0)
+	e.waitRoutable(t, helloKey, 0)
 
 	type result struct {
 		code int
@@ -50,7 +49,7 @@ func TestColdStart(t *testing.T) {
 	}
 
 	pod := newFakePod(t, "p1", true)
-	src.Set(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	src.Set(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
 	r := recv(t, done, "response")
 	if r.code != http.StatusOK || r.body != "p1" {
 		t.Fatalf("got %d %q, want 200 p1", r.code, r.body)
@@ -70,53 +69,6 @@ func TestColdStart(t *testing.T) {
 	}
 }
 
-// TestProbeGatesTraffic: a pod gets no traffic until its queue-proxy says it
-// is ready; the prober retries on the ProbeInterval.
-func TestProbeGatesTraffic(t *testing.T) {
-	pod := newFakePod(t, "p1", false)
-	pod.probes = make(chan struct{}, 100)
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
-	queued := make(chan string, 1)
-	e := newEnv(t, src, nil, func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
-	recv(t, pod.probes, "first probe")
-	// Failed probes are retried on the fake clock. Only the prober waits
-	// on it until a request queues.
-	for i := 0; i < 2; i++ {
-		waitForTimer(t, e)
-		e.clk.Step(DefaultProbeInterval)
-		recv(t, pod.probes, "probe retry")
-	}
-	waitForTimer(t, e)
-
-	done := make(chan int, 1)
-	go func() {
-		res, _ := e.get(t, "hello.default", nil)
-		done <- res.StatusCode
-	}()
-	recv(t, queued, "queued request")
-	if n := pod.requests.Load(); n != 0 {
-		t.Fatalf("pod received %d requests before it was ready", n)
-	}
-	pod.ready.Store(true)
-	e.clk.Step(DefaultProbeInterval)
-	if code := recv(t, done, "response"); code != http.StatusOK {
-		t.Fatalf("status %d, want 200", code)
-	}
-}
-
-// waitForTimer waits until something waits on the fake clock: the clock is
-// in-process, but the prober reaches its timer asynchronously.
-func waitForTimer(t *testing.T, e *testEnv) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !e.clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("nothing waits on the clock")
-		}
-		time.Sleep(time.Millisecond) // bounded poll on a state no channel signals
-	}
-}
-
 // TestThrottlerBoundsConcurrency: no pod ever holds more than
 // containerConcurrency requests, however many arrive.
 func TestThrottlerBoundsConcurrency(t *testing.T) {
@@ -124,10 +76,10 @@ func TestThrottlerBoundsConcurrency(t *testing.T) {
 	gate := make(chan struct{})
 	p1, p2 := newFakePod(t, "p1", true), newFakePod(t, "p2", true)
 	p1.gate, p2.gate = gate, gate
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: cc, Pods: []Pod{p1.pod(), p2.pod()}})
-	queued := make(chan string, requests)
-	e := newEnv(t, src, nil, func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
-	e.waitRoutable(t, "default/hello", 2)
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: cc, Pods: []Pod{p1.pod(), p2.pod()}})
+	queued := make(chan service.Key, requests)
+	e := newEnv(t, src, nil, func(a *Activator) { a.hooks.queued = func(k service.Key) { queued <- k } })
+	e.waitRoutable(t, helloKey, 2)
 
 	var wg sync.WaitGroup
 	codes := make(chan int, requests)
@@ -169,9 +121,9 @@ func TestThrottlerBoundsConcurrency(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	pod := newFakePod(t, "p1", true)
 	pod.gate = make(chan struct{})
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
 	e := newEnv(t, src, func(c *Config) { c.QueueDepth = 1 }, nil)
-	e.waitRoutable(t, "default/hello", 1)
+	e.waitRoutable(t, helloKey, 1)
 
 	type result struct {
 		code   int
@@ -203,11 +155,11 @@ func TestQueueFull(t *testing.T) {
 
 // TestQueueTimeout: a request queued past QueueTimeout gets 504.
 func TestQueueTimeout(t *testing.T) {
-	src := NewMemorySource(Service{Key: "default/hello"})
-	queued := make(chan string, 1)
+	src := NewMemorySource(Service{Key: helloKey})
+	queued := make(chan service.Key, 1)
 	e := newEnv(t, src, func(c *Config) { c.QueueTimeout = time.Minute },
-		func(a *Activator) { a.onQueued = func(s string) { queued <- s } })
-	e.waitRoutable(t, "default/hello", 0)
+		func(a *Activator) { a.hooks.queued = func(k service.Key) { queued <- k } })
+	e.waitRoutable(t, helloKey, 0)
 	done := make(chan *http.Response, 1)
 	go func() {
 		res, _ := e.get(t, "hello.default", nil)
@@ -226,14 +178,14 @@ func TestQueueTimeout(t *testing.T) {
 func TestClientCancelLeavesQueue(t *testing.T) {
 	pod := newFakePod(t, "p1", true)
 	pod.gate = make(chan struct{})
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
-	queued := make(chan string, 10)
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	queued := make(chan service.Key, 10)
 	finished := make(chan int, 10)
 	e := newEnv(t, src, nil, func(a *Activator) {
-		a.onQueued = func(s string) { queued <- s }
-		a.onDone = func(_ string, code int) { finished <- code }
+		a.hooks.queued = func(k service.Key) { queued <- k }
+		a.hooks.done = func(_ service.Key, code int) { finished <- code }
 	})
-	e.waitRoutable(t, "default/hello", 1)
+	e.waitRoutable(t, helloKey, 1)
 
 	first := make(chan int, 1)
 	go func() {
@@ -261,7 +213,7 @@ func TestClientCancelLeavesQueue(t *testing.T) {
 	if code := recv(t, finished, "cancelled request"); code != StatusClientClosed {
 		t.Fatalf("cancelled request recorded as %d, want %d", code, StatusClientClosed)
 	}
-	if s := e.a.table.Load().byKey["default/hello"]; s.br.Waiting() != 0 {
+	if s := e.a.table.Load().byKey[helloKey]; s.br.Waiting() != 0 {
 		t.Fatalf("%d still queued after the client left", s.br.Waiting())
 	}
 	close(pod.gate)
@@ -285,9 +237,9 @@ func TestDialRefusedRetried(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		io.WriteString(w, "b-live:"+string(b))
 	}
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
 	e := newEnv(t, src, nil, nil)
-	e.waitRoutable(t, "default/hello", 2)
+	e.waitRoutable(t, helloKey, 2)
 	dead.srv.Close()
 
 	req, _ := http.NewRequest(http.MethodPost, e.srv.URL, strings.NewReader("payload"))
@@ -296,75 +248,12 @@ func TestDialRefusedRetried(t *testing.T) {
 	if res.StatusCode != http.StatusOK || body != "b-live:payload" {
 		t.Fatalf("got %d %q, want 200 b-live:payload", res.StatusCode, body)
 	}
-	if n, _ := e.a.Routable("default/hello"); n != 1 {
+	if n, _ := e.a.Routable(helloKey); n != 1 {
 		t.Errorf("%d routable pods after a refusal, want 1", n)
 	}
 	res, body = e.get(t, "hello.default", nil)
 	if res.StatusCode != http.StatusOK || body != "b-live:" {
 		t.Fatalf("got %d %q, want 200 b-live:", res.StatusCode, body)
-	}
-}
-
-// TestQueuedAndReport: a request held for a service with no pod shows in
-// Queued and in the figures Report gives the autoscaler's reporter.
-func TestQueuedAndReport(t *testing.T) {
-	src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1})
-	e := newEnv(t, src, nil, nil)
-	e.waitRoutable(t, "default/hello", 0)
-	if n, ok := e.a.Queued("default/missing"); ok || n != 0 {
-		t.Fatalf("Queued(unknown) = %d, %v; want 0, false", n, ok)
-	}
-	done := make(chan int, 1)
-	go func() {
-		res, _ := e.get(t, "hello.default", nil)
-		done <- res.StatusCode
-	}()
-	deadline := time.Now().Add(testTimeout)
-	for n, _ := e.a.Queued("default/hello"); n != 1; n, _ = e.a.Queued("default/hello") {
-		if time.Now().After(deadline) {
-			t.Fatalf("Queued = %d, want 1 while the request is held", n)
-		}
-		runtime.Gosched()
-	}
-	e.clk.Step(time.Second)
-	got := map[string]stats.ActivatorFigures{}
-	e.a.Report(e.clk.Now(), func(s string, f stats.ActivatorFigures) { got[s] = f })
-	if f := got["default/hello"]; len(got) != 1 || f.InFlight != 1 || f.Requests != 1 || f.Concurrency <= 0 {
-		t.Fatalf("Report = %+v, want default/hello with 1 request held", got)
-	}
-
-	pod := newFakePod(t, "p1", true)
-	src.Set(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
-	if code := recv(t, done, "response"); code != http.StatusOK {
-		t.Fatalf("held request answered %d, want 200", code)
-	}
-	if n, _ := e.a.Queued("default/hello"); n != 0 {
-		t.Fatalf("Queued = %d after the request was served, want 0", n)
-	}
-}
-
-// TestSynced: Synced closes once Run has applied the Source, and from then
-// on every listed service is routed.
-func TestSynced(t *testing.T) {
-	src := NewMemorySource(Service{Key: "default/a"}, Service{Key: "default/b"})
-	a, err := New(Config{Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-a.Synced():
-		t.Fatal("Synced closed before Run")
-	default:
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { a.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	recv(t, a.Synced(), "sync")
-	for _, k := range []string{"default/a", "default/b"} {
-		if _, ok := a.Routable(k); !ok {
-			t.Errorf("%s unknown once synced", k)
-		}
 	}
 }
 
@@ -403,9 +292,9 @@ func TestLostConnectionRetriedOnce(t *testing.T) {
 			dead.handler = handler(0, true)
 			live := newFakePod(t, "b-live", true)
 			live.handler = handler(1, tc.liveDies)
-			src := NewMemorySource(Service{Key: "default/hello", ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
+			src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
 			e := newEnv(t, src, nil, nil)
-			e.waitRoutable(t, "default/hello", 2)
+			e.waitRoutable(t, helloKey, 2)
 
 			var body io.Reader
 			if tc.body != "" {
@@ -421,5 +310,46 @@ func TestLostConnectionRetriedOnce(t *testing.T) {
 				t.Errorf("requests reaching the pods %v, want %v", got, tc.wantSends)
 			}
 		})
+	}
+}
+
+// TestAbortedResponseReleasesSlots: a response the pod cuts short makes
+// ReverseProxy abort the handler (panic(http.ErrAbortHandler)); the slot in
+// the throttler, the pod's slot and the counts are given back all the same,
+// or the service would stop taking requests once its slots leaked.
+func TestAbortedResponseReleasesSlots(t *testing.T) {
+	pod := newFakePod(t, "p1", true)
+	pod.handler = func(w http.ResponseWriter, r *http.Request) {
+		conn, bw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		bw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+		bw.Flush()
+		conn.Close()
+	}
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	finished := make(chan int, 1)
+	e := newEnv(t, src, nil, func(a *Activator) { a.hooks.done = func(_ service.Key, code int) { finished <- code } })
+	e.waitRoutable(t, helloKey, 1)
+
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL, nil)
+	req.Host = "hello.default"
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	if code := recv(t, finished, "aborted request"); code != http.StatusOK {
+		t.Errorf("aborted response recorded as %d, want the 200 it began with", code)
+	}
+	s := e.a.table.Load().byKey[helloKey]
+	if n := s.br.InFlight(); n != 0 {
+		t.Errorf("%d throttler slots held after the request ended, want 0", n)
+	}
+	if n := (*s.routable.Load())[0].inflight.Load(); n != 0 {
+		t.Errorf("%d requests in flight at the pod after the request ended, want 0", n)
+	}
+	if n := s.tracker.InFlight(); n != 0 {
+		t.Errorf("%d requests in flight for the autoscaler after the request ended, want 0", n)
 	}
 }

@@ -121,7 +121,9 @@ type Notable struct {
 // needs no lock; readers of Status take the registry's read lock and each
 // service's display lock.
 type Autoscaler struct {
-	tick      time.Duration
+	// tick is the tick interval, a time.Duration: the loop reads and
+	// changes it, Status reads it from other goroutines.
+	tick      atomic.Int64
 	history   int
 	clock     clock.WithTickerAndDelayedExecution
 	log       *zap.Logger
@@ -152,9 +154,10 @@ type Autoscaler struct {
 
 	running atomic.Bool
 
-	// Owned by the loop: the context of backend reads, and scratch reused
-	// every round and tick.
+	// Owned by the loop: the context of backend reads, the decision
+	// ticker while Run runs, and scratch reused every round and tick.
 	ctx     context.Context
+	ticker  clock.Ticker
 	targets []collector.Target
 	decided []decision
 }
@@ -166,14 +169,16 @@ const (
 	changeUpsert changeKind = iota + 1
 	changePods
 	changeRemove
+	changeTick
 )
 
-// change is one queued Upsert, SetPods or Remove.
+// change is one queued Upsert, SetPods, Remove or SetTickInterval.
 type change struct {
 	kind changeKind
 	key  service.Key
 	spec autoscaling.Spec
 	pods []string
+	tick time.Duration
 }
 
 // svc is the loop's record of one service: the one place its state lives.
@@ -245,7 +250,6 @@ func New(cfg Config) (*Autoscaler, error) {
 		cfg.History = DefaultHistory
 	}
 	a := &Autoscaler{
-		tick:      cfg.TickInterval,
 		history:   cfg.History,
 		clock:     clk,
 		log:       log,
@@ -256,6 +260,8 @@ func New(cfg Config) (*Autoscaler, error) {
 		wake:      make(chan struct{}, 1),
 		ctx:       context.Background(),
 	}
+
+	a.tick.Store(int64(cfg.TickInterval))
 
 	var err error
 	if a.metrics, err = newMetrics(cfg.Registerer); err != nil {
@@ -318,6 +324,17 @@ func (a *Autoscaler) SetPods(key service.Key, addrs []string) {
 // What the backend runs for it is left as it is.
 func (a *Autoscaler) Remove(key service.Key) {
 	a.send(change{kind: changeRemove, key: key})
+}
+
+// SetTickInterval changes how often every service is decided, from the
+// next tick on: the cluster's defaults were edited. It never blocks, and
+// refuses an interval under MinTickInterval.
+func (a *Autoscaler) SetTickInterval(d time.Duration) error {
+	if d < MinTickInterval {
+		return fmt.Errorf("autoscaler: tick interval %v is too short; accepted: at least %v", d, MinTickInterval)
+	}
+	a.send(change{kind: changeTick, tick: d})
+	return nil
 }
 
 func (a *Autoscaler) send(c change) {
@@ -410,8 +427,9 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	})
 	busy := false
 
-	ticker := a.clock.NewTicker(a.tick)
-	defer ticker.Stop()
+	a.apply()
+	a.ticker = a.clock.NewTicker(time.Duration(a.tick.Load()))
+	defer func() { a.ticker.Stop() }()
 	now := a.clock.Now()
 	first := a.clock.NewTimer((collectInterval*3/2 - now.Sub(now.Truncate(collectInterval))) % collectInterval)
 	defer first.Stop()
@@ -422,7 +440,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 			collectTicker.Stop()
 		}
 	}()
-	a.log.Info("autoscaler running", zap.Duration("tick", a.tick))
+	a.log.Info("autoscaler running", zap.Duration("tick", time.Duration(a.tick.Load())))
 
 	for {
 		select {
@@ -445,7 +463,7 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 		case samples := <-results:
 			busy = false
 			a.record(samples)
-		case t := <-ticker.C():
+		case t := <-a.ticker.C():
 			a.out(a.tickAll(t))
 		case <-a.wake:
 			a.apply()
@@ -474,6 +492,15 @@ func (a *Autoscaler) apply() {
 			}
 		case changeRemove:
 			a.remove(c.key)
+		case changeTick:
+			if old := time.Duration(a.tick.Swap(int64(c.tick))); old != c.tick {
+				a.log.Info("tick interval changed", zap.Duration("from", old), zap.Duration("to", c.tick))
+				if a.ticker != nil {
+					// From now: the next tick is one new interval away.
+					a.ticker.Stop()
+					a.ticker = a.clock.NewTicker(c.tick)
+				}
+			}
 		}
 		*c = change{} // drop the references
 	}
@@ -655,13 +682,9 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 	s.last, s.decided = e, true
 	metric, perPod := s.spec.Metric, s.spec.TargetPerPod()
 	s.mu.Unlock()
-	a.exec.Update(s.target, d)
 
-	if a.onNotable != nil && (scaleChanged || panicChanged) {
-		a.onNotable(Notable{Service: s.key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
-			PanicChanged: panicChanged, Metric: metric, TargetPerPod: perPod})
-	}
-
+	// The decision is told (metrics, log, OnNotable) before the executor
+	// acts on it, so that what it changes is never reported first.
 	s.m.observe(d)
 	a.metrics.decided(e.in.Poked, from, d.Scale)
 	switch {
@@ -670,6 +693,11 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 	case a.log.Core().Enabled(zapcore.DebugLevel):
 		a.logDecision(zapcore.DebugLevel, s, from, e)
 	}
+	if a.onNotable != nil && (scaleChanged || panicChanged) {
+		a.onNotable(Notable{Service: s.key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
+			PanicChanged: panicChanged, Metric: metric, TargetPerPod: perPod})
+	}
+	a.exec.Update(s.target, d)
 }
 
 // logDecision writes the line users grep for: every input of the decision

@@ -264,8 +264,8 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 	a, err := New(Config{Backend: be, Clock: clk})
-	if err != nil || a.tick != DefaultTickInterval || a.history != DefaultHistory {
-		t.Fatalf("defaults: %v, tick %v history %d", err, a.tick, a.history)
+	if err != nil || time.Duration(a.tick.Load()) != DefaultTickInterval || a.history != DefaultHistory {
+		t.Fatalf("defaults: %v, tick %v history %d", err, time.Duration(a.tick.Load()), a.history)
 	}
 	if _, err := New(Config{Backend: be, TickInterval: MinTickInterval, Clock: clk}); err != nil {
 		t.Fatalf("the minimum tick refused: %v", err)
@@ -533,5 +533,47 @@ func TestFiniteKeepsJSONEncodable(t *testing.T) {
 		if _, err := json.Marshal(finite(f)); err != nil {
 			t.Errorf("finite(%v): %v", f, err)
 		}
+	}
+}
+
+// TestSetTickIntervalTakesEffectAtOnce: the defaults' tick-interval is
+// reloaded while the loop runs; the next tick is one new interval away.
+func TestSetTickIntervalTakesEffectAtOnce(t *testing.T) {
+	h := newHarness(t)
+	k, marker := key("hello"), key("marker")
+	h.be.Set(k, plan.Status{Desired: 0, Route: plan.RouteActivator})
+	h.be.Set(marker, plan.Status{Desired: 0, Route: plan.RouteActivator})
+	statuses := make(chan service.Key, 100)
+	h.be.SetHook(func(_ context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpStatus {
+			statuses <- c.Service
+		}
+		return nil
+	})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	h.start()
+	if recv(t, statuses, "the service's first status read") != k {
+		t.Fatal("unexpected status read")
+	}
+	if err := h.a.SetTickInterval(50 * time.Millisecond); err == nil {
+		t.Fatal("a tick under the minimum was accepted")
+	}
+	if err := h.a.SetTickInterval(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Applied in order: once the marker is added, the new ticker runs.
+	h.a.Upsert(marker, autoscaling.DefaultSpec())
+	if recv(t, statuses, "the marker's first status read") != marker {
+		t.Fatal("unexpected status read")
+	}
+	if got := h.a.Status().TickInterval; got != "1s" {
+		t.Fatalf("Status().TickInterval = %s, want 1s", got)
+	}
+	// One second later a tick decides for both: at the default 2s, nothing
+	// would.
+	h.clk.Step(time.Second)
+	seen := map[service.Key]bool{}
+	for len(seen) < 2 {
+		seen[recv(t, statuses, "a tick's status reads")] = true
 	}
 }

@@ -93,7 +93,7 @@ func (a *Autoscaler) Status() Status {
 	})
 	st := Status{
 		Time:         a.clock.Now(),
-		TickInterval: a.tick.String(),
+		TickInterval: time.Duration(a.tick.Load()).String(),
 		Activators:   []string{},
 		Services:     make([]ServiceStatus, 0, len(list)),
 	}

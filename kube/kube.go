@@ -20,7 +20,10 @@ import (
 	"encoding/hex"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // Prefix starts every label and annotation key Swell reads or writes
@@ -149,4 +152,18 @@ func suffixed(name, suffix string) string {
 func HostNames(name, namespace, domain string) []string {
 	base := name + "." + namespace
 	return []string{base, base + ".svc", base + ".svc." + domain}
+}
+
+// OptedIn is Swell's one rule for a Deployment it autoscales and routes:
+// it and its pod template both carry LabelEnabled "true", and it is not
+// being deleted (a Deployment on its way out is given back, not scaled).
+func OptedIn(d *appsv1.Deployment) bool {
+	return d.DeletionTimestamp == nil &&
+		d.Labels[LabelEnabled] == "true" && d.Spec.Template.Labels[LabelEnabled] == "true"
+}
+
+// KeyOf returns the service key of Deployment d, as it is: whether it is
+// a valid key (service.New) is for the reconciler to judge and report.
+func KeyOf(d *appsv1.Deployment) service.Key {
+	return service.Key{Namespace: d.Namespace, Name: d.Name}
 }

@@ -51,6 +51,7 @@ import (
 	"github.com/swell-run/swell/kube/apiserver"
 	"github.com/swell-run/swell/kube/certs"
 	"github.com/swell-run/swell/kube/controller"
+	"github.com/swell-run/swell/kube/defaults"
 	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/kube/routing"
 	"github.com/swell-run/swell/kube/webhook"
@@ -124,6 +125,23 @@ func (a *app) run(ctx context.Context) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: component, Host: cfg.PodName})
 
+	// The cluster's autoscaling defaults, which the webhooks, the
+	// controller and the tick share; every replica keeps them, leading or
+	// not, for its webhooks.
+	store, err := defaults.New(defaults.Config{Client: a.client, Namespace: cfg.Namespace, Recorder: recorder, Logger: log.Named("defaults")})
+	if err != nil {
+		return err
+	}
+	storeErr := make(chan error, 1)
+	go func() { storeErr <- store.Run(ctx) }()
+	select {
+	case <-store.Loaded():
+	case err := <-storeErr:
+		return fmt.Errorf("autoscaling defaults: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+
 	factory := informers.NewSharedInformerFactory(a.client, 10*time.Minute)
 	router, err := routing.New(routing.Config{
 		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
@@ -132,9 +150,8 @@ func (a *app) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctl, err := controller.New(controller.Config{
-		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
-		Router: router, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"),
+	backend, err := controller.NewBackend(controller.BackendConfig{
+		Client: a.client, Informers: factory, Router: router, Recorder: recorder,
 	})
 	if err != nil {
 		return err
@@ -156,36 +173,44 @@ func (a *app) run(ctx context.Context) error {
 		return fmt.Errorf("activators' token: %w", err)
 	}
 
-	// The webhooks' view of the defaults; it also gives the tick interval
-	// when none was set, as the ConfigMap says at start.
-	defaults, defaultsFactory := newWebhookDefaults(a.client, cfg.Namespace, log.Named("webhook"))
-	defaultsFactory.Start(ctx.Done())
-	defer defaultsFactory.Shutdown()
-	for typ, ok := range defaultsFactory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
-		}
-	}
+	// The tick interval: the flag's if set, else the defaults', reloaded
+	// with them.
 	tick := cfg.TickInterval
 	if tick == 0 {
-		tick = defaults.Current().TickInterval
+		tick = store.Current().TickInterval
 	}
-	log.Info("deciding every service", zap.Duration("tickInterval", tick))
+	log.Info("deciding every service", zap.Duration("tickInterval", tick), zap.Bool("fromDefaults", cfg.TickInterval == 0))
 
 	as, err := autoscaler.New(autoscaler.Config{
 		TickInterval: tick,
-		Backend:      ctl,
-		Scaler:       scaler.Config{OnEvent: ctl.OnEvent},
+		Backend:      backend,
+		Scaler:       scaler.Config{OnEvent: backend.OnEvent},
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
 		Registerer:   reg,
-		OnNotable:    ctl.OnNotable,
+		OnNotable:    backend.OnNotable,
 		Clock:        clock.RealClock{},
 		Logger:       log,
 	})
 	if err != nil {
 		return err
 	}
-	ctl.SetScaling(as)
+	if cfg.TickInterval == 0 {
+		follow := func(d autoscaling.Defaults) {
+			if err := as.SetTickInterval(d.TickInterval); err != nil {
+				log.Warn("tick-interval of the defaults refused; keeping the current one", zap.Error(err))
+			}
+		}
+		store.OnChange(follow)
+		follow(store.Current()) // a change made before OnChange
+	}
+
+	ctl, err := controller.New(controller.Config{
+		Client: a.client, Informers: factory, Router: router, Backend: backend, Scaling: as,
+		Defaults: store, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"),
+	})
+	if err != nil {
+		return err
+	}
 
 	certMgr, err := certs.New(certs.Config{Client: a.client, Namespace: cfg.Namespace, Logger: log.Named("certs")})
 	if err != nil {
@@ -193,7 +218,7 @@ func (a *app) run(ctx context.Context) error {
 	}
 	hooks, err := webhook.New(webhook.Config{
 		Inject:   inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()},
-		Defaults: defaults.Current,
+		Defaults: store.Current,
 		Logger:   log.Named("webhook"),
 	})
 	if err != nil {

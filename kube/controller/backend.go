@@ -2,12 +2,18 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/swell-run/swell/autoscaler/plan"
@@ -16,18 +22,84 @@ import (
 	"github.com/swell-run/swell/pkg/service"
 )
 
-var _ scaler.Backend = (*Controller)(nil)
+var _ scaler.Backend = (*Backend)(nil)
+
+// Backend is the autoscaling loop's scaler.Backend on Kubernetes: it reads
+// a Deployment's state from the informers' caches, scales it through the
+// scale subresource and routes it through the Router. It records what the
+// loop and the executor do to each Deployment as Events on it (OnEvent,
+// OnNotable) and tells whoever keeps the Deployment's status annotation
+// (OnChange). The loop is built on it, and the Controller after the loop:
+// nothing is joined after construction.
+type Backend struct {
+	client      kubernetes.Interface
+	deployments appslisters.DeploymentLister
+	router      Router
+	recorder    record.EventRecorder
+
+	mu        sync.Mutex
+	listeners []func(service.Key)
+}
+
+// BackendConfig configures a Backend; every field is required.
+type BackendConfig struct {
+	Client kubernetes.Interface
+	// Informers watches every namespace; NewBackend registers its
+	// Deployment informer, and the caller starts it.
+	Informers informers.SharedInformerFactory
+	Router    Router
+	// Recorder records the Events on Deployments.
+	Recorder record.EventRecorder
+}
+
+// NewBackend returns a Backend and registers its informer.
+func NewBackend(cfg BackendConfig) (*Backend, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("kubernetes backend: BackendConfig.Client is required")
+	case cfg.Informers == nil:
+		return nil, errors.New("kubernetes backend: BackendConfig.Informers is required")
+	case cfg.Router == nil:
+		return nil, errors.New("kubernetes backend: BackendConfig.Router is required")
+	case cfg.Recorder == nil:
+		return nil, errors.New("kubernetes backend: BackendConfig.Recorder is required")
+	}
+	return &Backend{
+		client:      cfg.Client,
+		deployments: cfg.Informers.Apps().V1().Deployments().Lister(),
+		router:      cfg.Router,
+		recorder:    cfg.Recorder,
+	}, nil
+}
+
+// OnChange registers f, called with a Deployment's key after the loop or
+// the executor did something to it worth showing in its status. It is
+// called from the loop's and the executor's goroutines and must not block.
+func (c *Backend) OnChange(f func(service.Key)) {
+	c.mu.Lock()
+	c.listeners = append(c.listeners, f)
+	c.mu.Unlock()
+}
+
+func (c *Backend) changed(key service.Key) {
+	c.mu.Lock()
+	listeners := c.listeners
+	c.mu.Unlock()
+	for _, f := range listeners {
+		f(key)
+	}
+}
 
 // deployment returns key's Deployment from the cache if it is opted in, or
 // an error wrapping scaler.ErrNotFound.
-func (c *Controller) deployment(key service.Key) (*appsv1.Deployment, error) {
+func (c *Backend) deployment(key service.Key) (*appsv1.Deployment, error) {
 	d, err := c.deployments.Deployments(key.Namespace).Get(key.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("deployment %s: %w", key, scaler.ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("deployment %s: %w", key, err)
-	case !OptedIn(d):
+	case !kube.OptedIn(d):
 		return nil, fmt.Errorf("deployment %s is not opted in (label %s=true on it and its pod template): %w",
 			key, kube.LabelEnabled, scaler.ErrNotFound)
 	}
@@ -37,7 +109,7 @@ func (c *Controller) deployment(key service.Key) (*appsv1.Deployment, error) {
 // Status implements scaler.Backend from the caches alone: Desired is the
 // Deployment's spec.replicas (1 when unset, as Kubernetes defaults it),
 // Ready its ready pods and the routes the Router's.
-func (c *Controller) Status(_ context.Context, key service.Key) (plan.Status, error) {
+func (c *Backend) Status(_ context.Context, key service.Key) (plan.Status, error) {
 	d, err := c.deployment(key)
 	if err != nil {
 		return plan.Status{}, err
@@ -45,7 +117,7 @@ func (c *Controller) Status(_ context.Context, key service.Key) (plan.Status, er
 	return c.status(key, d), nil
 }
 
-func (c *Controller) status(key service.Key, d *appsv1.Deployment) plan.Status {
+func (c *Backend) status(key service.Key, d *appsv1.Deployment) plan.Status {
 	st := plan.Status{Desired: 1, Ready: len(c.router.ReadyPods(key))}
 	if d.Spec.Replicas != nil {
 		st.Desired = int(*d.Spec.Replicas)
@@ -58,7 +130,7 @@ func (c *Controller) status(key service.Key, d *appsv1.Deployment) plan.Status {
 // subresource, which changes nothing else of it. Only an opted-in
 // Deployment in the cache is scaled. A conflicting write is retried on a
 // fresh read; a Deployment already at n is not written.
-func (c *Controller) SetScale(ctx context.Context, key service.Key, n int) error {
+func (c *Backend) SetScale(ctx context.Context, key service.Key, n int) error {
 	if n < 0 || n > math.MaxInt32 {
 		return fmt.Errorf("scale deployment %s to %d: out of range; accepted: 0 to %d", key, n, math.MaxInt32)
 	}
@@ -88,6 +160,6 @@ func (c *Controller) SetScale(ctx context.Context, key service.Key, n int) error
 }
 
 // SetRoute implements scaler.Backend: the Router switches the route.
-func (c *Controller) SetRoute(ctx context.Context, key service.Key, r plan.Route) error {
+func (c *Backend) SetRoute(ctx context.Context, key service.Key, r plan.Route) error {
 	return c.router.SetRoute(ctx, key, r)
 }

@@ -44,7 +44,7 @@ func TestSetScaleUsesTheScaleSubresource(t *testing.T) {
 	h.create(deployment("hello", nil))
 
 	h.cs.ClearActions()
-	if err := h.c.SetScale(h.ctx, key, 3); err != nil {
+	if err := h.b.SetScale(h.ctx, key, 3); err != nil {
 		t.Fatal(err)
 	}
 	if got := scaleActions(h); !slices.Equal(got, []string{"get", "update"}) {
@@ -61,7 +61,7 @@ func TestSetScaleUsesTheScaleSubresource(t *testing.T) {
 
 	// Already at 3: read, not written.
 	h.cs.ClearActions()
-	if err := h.c.SetScale(h.ctx, key, 3); err != nil {
+	if err := h.b.SetScale(h.ctx, key, 3); err != nil {
 		t.Fatal(err)
 	}
 	if got := scaleActions(h); !slices.Equal(got, []string{"get"}) {
@@ -78,7 +78,7 @@ func TestSetScaleUsesTheScaleSubresource(t *testing.T) {
 		return true, nil, apierrors.NewConflict(deploymentsGVR.GroupResource(), "hello", errors.New("changed"))
 	})
 	h.cs.ClearActions()
-	if err := h.c.SetScale(h.ctx, key, 5); err != nil {
+	if err := h.b.SetScale(h.ctx, key, 5); err != nil {
 		t.Fatal(err)
 	}
 	if got := scaleActions(h); !slices.Equal(got, []string{"get", "update", "get", "update"}) {
@@ -88,7 +88,7 @@ func TestSetScaleUsesTheScaleSubresource(t *testing.T) {
 		t.Errorf("replicas %d, want 5", n)
 	}
 
-	if err := h.c.SetScale(h.ctx, key, -1); err == nil {
+	if err := h.b.SetScale(h.ctx, key, -1); err == nil {
 		t.Error("SetScale(-1): no error")
 	}
 }
@@ -102,7 +102,7 @@ func TestSetScaleRefusesDeploymentsNotOptedIn(t *testing.T) {
 
 	h.cs.ClearActions()
 	for _, name := range []string{"plain", "missing"} {
-		err := h.c.SetScale(h.ctx, service.Key{Namespace: testNS, Name: name}, 3)
+		err := h.b.SetScale(h.ctx, service.Key{Namespace: testNS, Name: name}, 3)
 		if !errors.Is(err, scaler.ErrNotFound) {
 			t.Errorf("SetScale(%s) = %v, want ErrNotFound", name, err)
 		}
@@ -132,7 +132,7 @@ func TestStatusFromListers(t *testing.T) {
 	h.router.setRoute(key, plan.RoutePods, plan.RouteActivator)
 
 	h.cs.ClearActions()
-	st, err := h.c.Status(h.ctx, key)
+	st, err := h.b.Status(h.ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +140,12 @@ func TestStatusFromListers(t *testing.T) {
 	if st != want {
 		t.Errorf("Status = %+v, want %+v", st, want)
 	}
-	st, err = h.c.Status(h.ctx, keyOf(unset))
+	st, err = h.b.Status(h.ctx, kube.KeyOf(unset))
 	if err != nil || st.Desired != 1 || st.Ready != 0 {
 		t.Errorf("Status of a deployment without replicas = %+v, %v; want desired 1", st, err)
 	}
 	for _, name := range []string{"plain", "missing"} {
-		if _, err := h.c.Status(h.ctx, service.Key{Namespace: testNS, Name: name}); !errors.Is(err, scaler.ErrNotFound) {
+		if _, err := h.b.Status(h.ctx, service.Key{Namespace: testNS, Name: name}); !errors.Is(err, scaler.ErrNotFound) {
 			t.Errorf("Status(%s) = %v, want ErrNotFound", name, err)
 		}
 	}
@@ -154,7 +154,7 @@ func TestStatusFromListers(t *testing.T) {
 	}
 
 	// SetRoute is the Router's.
-	if err := h.c.SetRoute(h.ctx, key, plan.RoutePods); err != nil {
+	if err := h.b.SetRoute(h.ctx, key, plan.RoutePods); err != nil {
 		t.Fatal(err)
 	}
 	if _, req := h.router.Route(key); req != plan.RoutePods {

@@ -20,13 +20,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -35,6 +32,7 @@ import (
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/defaults"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
@@ -67,20 +65,23 @@ type Scaling interface {
 
 var _ Scaling = (*autoscaler.Autoscaler)(nil)
 
-// Config configures a Controller. Client, Informers, Router and Recorder are
-// required.
+// Config configures a Controller. Every field but StatsPort, Clock and
+// Logger is required.
 type Config struct {
 	Client kubernetes.Interface
 	// Informers watches every namespace; New registers its Deployment
-	// informer. The defaults ConfigMap is watched by an informer of the
-	// controller's own, on SystemNamespace only.
+	// informer, and Run starts it.
 	Informers informers.SharedInformerFactory
-	// SystemNamespace holds the defaults ConfigMap (default
-	// kube.DefaultSystemNamespace).
-	SystemNamespace string
-	Router          Router
-	// Recorder records the Events on Deployments and on the defaults
-	// ConfigMap.
+	Router    Router
+	// Backend is the loop's backend, whose changes the controller shows
+	// in each Deployment's status annotation.
+	Backend *Backend
+	// Scaling is the loop the controller feeds.
+	Scaling Scaling
+	// Defaults are the cluster's autoscaling defaults, which every spec is
+	// parsed against; a change re-reconciles every opted-in Deployment.
+	Defaults *defaults.Store
+	// Recorder records the Events on Deployments.
 	Recorder record.EventRecorder
 	// StatsPort is the queue-proxy's metrics port: the loop scrapes
 	// "<pod IP>:<StatsPort>" (default network.DefaultQueueMetricsPort).
@@ -90,57 +91,30 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Controller is the autoscaler's Kubernetes side. It is the loop's
-// scaler.Backend (Status, SetScale, SetRoute) and the source of its
-// services: a rate-limited work queue of Deployment keys, each reconciled
-// by reading the Deployment from the informer's cache and telling Scaling
-// about it.
+// Controller feeds the autoscaling loop with the opted-in Deployments: a
+// rate-limited work queue of Deployment keys, each reconciled by reading
+// the Deployment from the informer's cache, telling Scaling about it and
+// bringing its status annotation up to date.
 type Controller struct {
 	client      kubernetes.Interface
 	informers   informers.SharedInformerFactory
-	cmFactory   informers.SharedInformerFactory
 	deployments appslisters.DeploymentLister
-	configMaps  corelisters.ConfigMapNamespaceLister
-	synced      []cache.DoneChecker
-	systemNS    string
+	synced      cache.DoneChecker
 	router      Router
+	backend     *Backend
+	scaling     Scaling
+	defaults    *defaults.Store
 	recorder    record.EventRecorder
 	statsPort   int
 	log         *zap.Logger
-	queue       workqueue.TypedRateLimitingInterface[item]
+	queue       workqueue.TypedRateLimitingInterface[service.Key]
 	running     atomic.Bool
 
-	scaling atomic.Pointer[Scaling]
-
-	// mu guards the cluster defaults and the map of Deployments; a
-	// Deployment's own state is touched only by the worker holding its key
-	// (the queue never hands a key to two workers at once).
-	mu              sync.Mutex
-	defaults        autoscaling.Defaults
-	defaultsLoaded  bool
-	defaultsInvalid string // the message last recorded for a bad ConfigMap
-	states          map[service.Key]*state
-
-	// afterSync, if set (by tests), is called after each queue item is
-	// processed.
-	afterSync func(item, error)
-}
-
-// item is one unit of work: a Deployment's key, or the defaults ConfigMap.
-type item struct {
-	key      service.Key
-	defaults bool
-}
-
-// defaultsItem stands for the defaults ConfigMap in the queue.
-var defaultsItem = item{defaults: true}
-
-// String returns "namespace/name", or "defaults" for the ConfigMap.
-func (it item) String() string {
-	if it.defaults {
-		return "defaults"
-	}
-	return it.key.String()
+	// mu guards the map of Deployments; a Deployment's own state is
+	// touched only by the worker holding its key (the queue never hands a
+	// key to two workers at once).
+	mu     sync.Mutex
+	states map[service.Key]*state
 }
 
 // state is what the controller remembers of one opted-in Deployment.
@@ -148,7 +122,8 @@ type state struct {
 	// spec is the spec last given to Upsert, valid when upserted.
 	spec     autoscaling.Spec
 	upserted bool
-	// invalid is the message last recorded for invalid annotations.
+	// invalid is the message last recorded for invalid annotations or an
+	// invalid name.
 	invalid string
 	// status is the status annotation last written, at Deployment
 	// resourceVersion statusRV: until the cache shows a newer version, it
@@ -157,7 +132,7 @@ type state struct {
 	statusRV string
 }
 
-// Reasons of the Events the controller records.
+// Reasons of the Events the controller and the Backend record.
 const (
 	ReasonScaledUp           = "ScaledUp"
 	ReasonScaledDown         = "ScaledDown"
@@ -168,13 +143,13 @@ const (
 	ReasonPanicStarted       = "PanicStarted"
 	ReasonPanicEnded         = "PanicEnded"
 	ReasonInvalidAnnotations = "InvalidAnnotations"
-	ReasonInvalidDefaults    = "InvalidDefaults"
+	ReasonInvalidName        = "InvalidName"
 )
 
 // fieldManager names the controller's writes in managedFields.
 const fieldManager = "swell-autoscaler"
 
-// New returns a Controller and registers its informers: Run starts them.
+// New returns a Controller and registers its informer: Run starts it.
 func New(cfg Config) (*Controller, error) {
 	switch {
 	case cfg.Client == nil:
@@ -183,14 +158,17 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("kubernetes controller: Config.Informers is required")
 	case cfg.Router == nil:
 		return nil, errors.New("kubernetes controller: Config.Router is required")
+	case cfg.Backend == nil:
+		return nil, errors.New("kubernetes controller: Config.Backend is required")
+	case cfg.Scaling == nil:
+		return nil, errors.New("kubernetes controller: Config.Scaling is required")
+	case cfg.Defaults == nil:
+		return nil, errors.New("kubernetes controller: Config.Defaults is required")
 	case cfg.Recorder == nil:
 		return nil, errors.New("kubernetes controller: Config.Recorder is required")
 	case cfg.StatsPort < 0 || cfg.StatsPort > 65535:
 		return nil, fmt.Errorf("kubernetes controller: stats port %d is out of range; accepted: 1 to 65535, or 0 for %d",
 			cfg.StatsPort, network.DefaultQueueMetricsPort)
-	}
-	if cfg.SystemNamespace == "" {
-		cfg.SystemNamespace = kube.DefaultSystemNamespace
 	}
 	if cfg.StatsPort == 0 {
 		cfg.StatsPort = network.DefaultQueueMetricsPort
@@ -204,15 +182,16 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		client:    cfg.Client,
 		informers: cfg.Informers,
-		systemNS:  cfg.SystemNamespace,
 		router:    cfg.Router,
+		backend:   cfg.Backend,
+		scaling:   cfg.Scaling,
+		defaults:  cfg.Defaults,
 		recorder:  cfg.Recorder,
 		statsPort: cfg.StatsPort,
 		log:       cfg.Logger,
-		defaults:  autoscaling.DefaultDefaults(),
 		states:    make(map[service.Key]*state),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[item](),
-			workqueue.TypedRateLimitingQueueConfig[item]{Name: "swell_autoscaler_deployments", Clock: cfg.Clock}),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[service.Key](),
+			workqueue.TypedRateLimitingQueueConfig[service.Key]{Name: "swell_autoscaler_deployments", Clock: cfg.Clock}),
 	}
 
 	dInf := cfg.Informers.Apps().V1().Deployments()
@@ -226,78 +205,38 @@ func New(cfg Config) (*Controller, error) {
 		c.queue.ShutDown()
 		return nil, fmt.Errorf("kubernetes controller: watch Deployments: %w", err)
 	}
-
-	// Only the one ConfigMap, in the system namespace: watching every
-	// ConfigMap in the cluster would cost memory for nothing.
-	c.cmFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
-		informers.WithNamespace(cfg.SystemNamespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", kube.DefaultsConfigMap).String()
-		}))
-	cmInf := c.cmFactory.Core().V1().ConfigMaps()
-	c.configMaps = cmInf.Lister().ConfigMaps(cfg.SystemNamespace)
-	cmReg, err := cmInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.configMapChanged,
-		UpdateFunc: func(_, obj any) { c.configMapChanged(obj) },
-		DeleteFunc: c.configMapChanged,
-	})
-	if err != nil {
-		c.queue.ShutDown()
-		return nil, fmt.Errorf("kubernetes controller: watch ConfigMap %s/%s: %w", cfg.SystemNamespace, kube.DefaultsConfigMap, err)
-	}
-	c.synced = []cache.DoneChecker{dReg.HasSyncedChecker(), cmReg.HasSyncedChecker()}
+	c.synced = dReg.HasSyncedChecker()
 
 	cfg.Router.OnChange(c.routeChanged)
+	cfg.Backend.OnChange(c.enqueue)
+	cfg.Defaults.OnChange(c.defaultsChanged)
 	return c, nil
 }
 
-// SetScaling sets the loop the controller feeds. It must be called before
-// Run: the loop is built with the controller as its backend, so it comes
-// second.
-func (c *Controller) SetScaling(s Scaling) { c.scaling.Store(&s) }
-
-func (c *Controller) getScaling() Scaling {
-	if p := c.scaling.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// OptedIn reports whether a Deployment and its pod template both carry
-// kube.LabelEnabled "true".
-func OptedIn(d *appsv1.Deployment) bool {
-	return d.Labels[kube.LabelEnabled] == "true" && d.Spec.Template.Labels[kube.LabelEnabled] == "true"
-}
-
 // Run starts the informers New registered (starting an already started
-// factory is harmless), waits for their caches, loads the cluster defaults,
-// and reconciles Deployments on workers goroutines until ctx ends. It
-// returns nil when ctx ends; Run may be called once.
+// factory is harmless), waits for their caches and for the defaults, and
+// reconciles Deployments on workers goroutines until ctx ends. It returns
+// nil when ctx ends; Run may be called once.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	if workers < 1 {
 		return fmt.Errorf("kubernetes controller: %d workers; accepted: at least 1", workers)
-	}
-	if c.getScaling() == nil {
-		return errors.New("kubernetes controller: SetScaling must be called before Run")
 	}
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("kubernetes controller: Run called more than once")
 	}
 	defer c.queue.ShutDown()
 	c.informers.Start(ctx.Done())
-	c.cmFactory.Start(ctx.Done())
-	defer c.cmFactory.Shutdown()
-	if !cache.WaitFor(ctx, "", c.synced...) {
+	if !cache.WaitFor(ctx, "", c.synced) {
 		return nil
 	}
 	// Before any Deployment is parsed, so none is parsed with the built-in
 	// defaults when the cluster has its own.
-	if err := c.syncDefaults(); err != nil {
-		c.log.Warn("load the autoscaling defaults", zap.Error(err))
-		c.queue.AddRateLimited(defaultsItem)
+	select {
+	case <-c.defaults.Loaded():
+	case <-ctx.Done():
+		return nil
 	}
-	c.log.Info("kubernetes controller running", zap.Int("workers", workers),
-		zap.String("defaults", c.systemNS+"/"+kube.DefaultsConfigMap))
+	c.log.Info("kubernetes controller running", zap.Int("workers", workers))
 
 	var wg sync.WaitGroup
 	for range workers {
@@ -313,20 +252,15 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
-	it, shutdown := c.queue.Get()
+	key, shutdown := c.queue.Get()
 	if shutdown {
 		return false
 	}
-	defer c.queue.Done(it)
-	var err error
-	if it.defaults {
-		err = c.syncDefaults()
-	} else {
-		err = c.syncDeployment(ctx, it.key)
-	}
+	defer c.queue.Done(key)
+	err := c.syncDeployment(ctx, key)
 	switch {
 	case err == nil:
-		c.queue.Forget(it)
+		c.queue.Forget(key)
 	case ctx.Err() != nil:
 		// Stopping: the error is most likely ours.
 	default:
@@ -334,27 +268,20 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		if apierrors.IsConflict(err) {
 			lvl = zap.DebugLevel // the cache was behind; the retry reads it again
 		}
-		c.log.Log(lvl, "reconcile failed, retrying", zap.Stringer("item", it), zap.Error(err))
-		c.queue.AddRateLimited(it)
-	}
-	if c.afterSync != nil {
-		c.afterSync(it, err)
+		c.log.Log(lvl, "reconcile failed, retrying", zap.Stringer("deployment", key), zap.Error(err))
+		c.queue.AddRateLimited(key)
 	}
 	return true
 }
 
 // enqueue schedules key's reconcile.
-func (c *Controller) enqueue(key service.Key) { c.queue.Add(item{key: key}) }
+func (c *Controller) enqueue(key service.Key) { c.queue.Add(key) }
 
 func (c *Controller) tracked(key service.Key) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, ok := c.states[key]
 	return ok
-}
-
-func keyOf(d *appsv1.Deployment) service.Key {
-	return service.Key{Namespace: d.Namespace, Name: d.Name}
 }
 
 // deploymentChanged enqueues a Deployment that is opted in, was, or is
@@ -364,8 +291,8 @@ func (c *Controller) deploymentChanged(old, obj any) {
 	if !ok {
 		return
 	}
-	key := keyOf(d)
-	if o, ok := old.(*appsv1.Deployment); OptedIn(d) || ok && OptedIn(o) || c.tracked(key) {
+	key := kube.KeyOf(d)
+	if o, ok := old.(*appsv1.Deployment); kube.OptedIn(d) || ok && kube.OptedIn(o) || c.tracked(key) {
 		c.enqueue(key)
 	}
 }
@@ -379,82 +306,31 @@ func (c *Controller) deploymentDeleted(obj any) {
 		}
 		obj = t.Obj
 	}
-	if d, ok := obj.(*appsv1.Deployment); ok && (OptedIn(d) || c.tracked(keyOf(d))) {
-		c.enqueue(keyOf(d))
+	if d, ok := obj.(*appsv1.Deployment); ok && (kube.OptedIn(d) || c.tracked(kube.KeyOf(d))) {
+		c.enqueue(kube.KeyOf(d))
 	}
-}
-
-func (c *Controller) configMapChanged(obj any) {
-	if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name != kube.DefaultsConfigMap {
-		return
-	}
-	c.queue.Add(defaultsItem)
 }
 
 // routeChanged is the Router's OnChange: the Deployment's status and the
 // executor's view of it are out of date.
 func (c *Controller) routeChanged(key service.Key) {
 	c.enqueue(key)
-	if s := c.getScaling(); s != nil {
-		s.Resync(key)
-	}
+	c.scaling.Resync(key)
 }
 
-// syncDefaults loads the cluster defaults from the ConfigMap (the built-in
-// ones when it is absent) and, when they changed, re-reconciles every
-// opted-in Deployment. A bad ConfigMap keeps the defaults in force.
-func (c *Controller) syncDefaults() error {
-	d := autoscaling.DefaultDefaults()
-	cm, err := c.configMaps.Get(kube.DefaultsConfigMap)
-	switch {
-	case apierrors.IsNotFound(err):
-		cm, err = nil, nil
-	case err != nil:
-		return fmt.Errorf("read ConfigMap %s/%s: %w", c.systemNS, kube.DefaultsConfigMap, err)
-	default:
-		d, err = autoscaling.ParseDefaults(cm.Data)
-	}
-	if err != nil {
-		msg := err.Error()
-		c.mu.Lock()
-		dup := msg == c.defaultsInvalid
-		c.defaultsInvalid = msg
-		c.mu.Unlock()
-		if !dup {
-			c.log.Warn("invalid autoscaling defaults; keeping the previous ones",
-				zap.String("configMap", c.systemNS+"/"+kube.DefaultsConfigMap), zap.Error(err))
-			c.recorder.Event(configMapRef(cm), corev1.EventTypeWarning, ReasonInvalidDefaults, msg)
-		}
-		return nil // retrying would not help: a change to the ConfigMap will
-	}
-
-	c.mu.Lock()
-	changed := !c.defaultsLoaded || !reflect.DeepEqual(d, c.defaults)
-	c.defaults, c.defaultsLoaded, c.defaultsInvalid = d, true, ""
-	c.mu.Unlock()
-	if !changed {
-		return nil
-	}
-	source := "ConfigMap " + c.systemNS + "/" + kube.DefaultsConfigMap
-	if cm == nil {
-		source = "built-in (no ConfigMap " + c.systemNS + "/" + kube.DefaultsConfigMap + ")"
-	}
-	c.log.Info("autoscaling defaults loaded", zap.String("from", source))
+// defaultsChanged is the defaults store's OnChange: every opted-in
+// Deployment is parsed again against the new defaults.
+func (c *Controller) defaultsChanged(autoscaling.Defaults) {
 	list, err := c.deployments.List(labels.SelectorFromSet(labels.Set{kube.LabelEnabled: "true"}))
 	if err != nil {
-		return fmt.Errorf("list opted-in Deployments: %w", err)
+		c.log.Warn("list opted-in Deployments after a change of the defaults", zap.Error(err))
+		return
 	}
-	for _, dep := range list {
-		if OptedIn(dep) {
-			c.enqueue(keyOf(dep))
+	for _, d := range list {
+		if kube.OptedIn(d) {
+			c.enqueue(kube.KeyOf(d))
 		}
 	}
-	return nil
-}
-
-func configMapRef(cm *corev1.ConfigMap) *corev1.ObjectReference {
-	return &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1",
-		Namespace: cm.Namespace, Name: cm.Name, UID: cm.UID, ResourceVersion: cm.ResourceVersion}
 }
 
 func deploymentRef(d *appsv1.Deployment) *corev1.ObjectReference {
@@ -466,12 +342,12 @@ func deploymentRef(d *appsv1.Deployment) *corev1.ObjectReference {
 // the loop with its spec and ready pods, and its status annotation is
 // brought up to date; any other is removed from the loop.
 func (c *Controller) syncDeployment(ctx context.Context, key service.Key) error {
-	sc := c.getScaling()
+	sc := c.scaling
 	d, err := c.deployments.Deployments(key.Namespace).Get(key.Name)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read deployment %s: %w", key, err)
 	}
-	if err != nil || !OptedIn(d) {
+	if err != nil || !kube.OptedIn(d) {
 		c.mu.Lock()
 		st := c.states[key]
 		delete(c.states, key)
@@ -489,10 +365,20 @@ func (c *Controller) syncDeployment(ctx context.Context, key service.Key) error 
 		st = &state{}
 		c.states[key] = st
 	}
-	defaults := c.defaults
 	c.mu.Unlock()
 
-	spec, err := parse(d.Annotations, defaults)
+	// A name Swell cannot carry as a key (a dot, more than 63 characters)
+	// could not be routed or reported: say so once, and leave it alone.
+	if _, err := service.New(key.Namespace, key.Name); err != nil {
+		if msg := err.Error(); msg != st.invalid {
+			st.invalid = msg
+			c.log.Warn("deployment not autoscaled: its name cannot be a service key", zap.Stringer("deployment", key), zap.Error(err))
+			c.recorder.Event(deploymentRef(d), corev1.EventTypeWarning, ReasonInvalidName, "not autoscaled: "+msg)
+		}
+		return nil
+	}
+
+	spec, err := parse(d.Annotations, c.defaults.Current())
 	if err != nil {
 		if msg := err.Error(); msg != st.invalid {
 			st.invalid = msg

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/defaults"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -87,9 +88,10 @@ func TestOptedInDeploymentIsUpsertedWithItsSpecAndPods(t *testing.T) {
 }
 
 func TestStatsPortIsConfigurable(t *testing.T) {
-	cs := fake.NewClientset()
-	c, err := New(Config{Client: cs, Informers: informers.NewSharedInformerFactory(cs, 0), Router: newFakeRouter(),
-		Recorder: record.NewFakeRecorder(1), StatsPort: 9999})
+	h := newHarness(t)
+	cfg := Config{Client: h.cs, Informers: informers.NewSharedInformerFactory(h.cs, 0), Router: newFakeRouter(),
+		Backend: h.b, Scaling: h.scaling, Defaults: h.store, Recorder: h.rec, StatsPort: 9999}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,76 +242,45 @@ func TestRouterChangeResyncsAndReconciles(t *testing.T) {
 	}
 }
 
-func TestDefaultsFromTheConfigMap(t *testing.T) {
+// TestDefaultsChangeReparsesEveryDeployment: specs are parsed against the
+// defaults store's defaults, and a change of them reconciles every opted-in
+// Deployment again. (The store itself is tested in kube/defaults.)
+func TestDefaultsChangeReparsesEveryDeployment(t *testing.T) {
 	const target = autoscaling.KeyContainerConcurrencyTargetDefault
 	h := newHarness(t, defaultsConfigMap(map[string]string{target: "50"}))
 	h.start()
 	key := service.Key{Namespace: testNS, Name: "hello"}
-	d := deployment("hello", nil)
-	h.create(d)
+	h.create(deployment("hello", nil))
 	h.sync(key)
 	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 50 {
 		t.Fatalf("upserts %+v, want one with the ConfigMap's target 50", ups)
 	}
-
-	// A change re-reconciles every opted-in Deployment.
-	setDefaults := func(data map[string]string) {
-		t.Helper()
-		cms := h.cs.CoreV1().ConfigMaps(testSystem)
-		if _, err := cms.Update(h.ctx, defaultsConfigMap(data), metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		h.eventually("the cache to show the ConfigMap", func() bool {
-			cm, err := h.c.configMaps.Get(kube.DefaultsConfigMap)
-			return err == nil && reflect.DeepEqual(cm.Data, data)
-		})
-		h.c.queue.Add(defaultsItem)
-		h.drain()
+	if _, err := h.cs.CoreV1().ConfigMaps(testSystem).Update(h.ctx, defaultsConfigMap(map[string]string{target: "60"}), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	setDefaults(map[string]string{target: "60"})
+	h.eventually("the store to hold the new defaults", func() bool { return h.store.Current().ConcurrencyTarget == 60 })
+	h.eventually("the Deployment to be queued again", func() bool { return h.c.queue.Len() > 0 })
+	h.drain()
 	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 60 {
 		t.Fatalf("after the ConfigMap changed: upserts %+v, want one with target 60", ups)
 	}
+}
 
-	// A bad ConfigMap keeps the defaults in force, with a warning on it.
-	bad := map[string]string{target: "abc"}
-	_, err := autoscaling.ParseDefaults(bad)
-	if err == nil {
-		t.Fatal("the defaults parse; the test needs bad ones")
+// TestNameThatIsNotAKey: a Deployment whose name cannot be a service key
+// is not autoscaled, and the user is told once.
+func TestNameThatIsNotAKey(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	d := deployment("my.app", nil)
+	h.create(d)
+	h.sync(kube.KeyOf(d))
+	h.sync(kube.KeyOf(d))
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 0 {
+		t.Fatalf("upserts %+v for a Deployment whose name is no key", ups)
 	}
-	setDefaults(bad)
-	want := []string{"Warning InvalidDefaults " + err.Error() + " involvedObject{kind=ConfigMap,apiVersion=v1}"}
-	if ev := h.events(); !slices.Equal(ev, want) {
-		t.Errorf("events %q\nwant %q", ev, want)
-	}
-	if calls := h.scaling.take(); len(calls) != 0 {
-		t.Errorf("a bad ConfigMap changed the services: %+v", calls)
-	}
-	h.c.queue.Add(defaultsItem)
-	h.drain()
-	if ev := h.events(); len(ev) != 0 {
-		t.Errorf("the same bad ConfigMap again: events %q, want none", ev)
-	}
-	d.Annotations = map[string]string{autoscaling.Prefix + autoscaling.KeyMinScale: "2"}
-	h.update(d)
-	h.sync(key)
-	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != 60 || ups[0].spec.MinScale != 2 {
-		t.Errorf("with a bad ConfigMap: upserts %+v, want one with the previous target 60", ups)
-	}
-
-	// Without the ConfigMap, the built-in defaults.
-	if err := h.cs.CoreV1().ConfigMaps(testSystem).Delete(h.ctx, kube.DefaultsConfigMap, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.eventually("the ConfigMap to leave the cache", func() bool {
-		_, err := h.c.configMaps.Get(kube.DefaultsConfigMap)
-		return err != nil
-	})
-	h.c.queue.Add(defaultsItem)
-	h.drain()
-	builtin := autoscaling.DefaultDefaults().ConcurrencyTarget
-	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.Target != builtin {
-		t.Errorf("without the ConfigMap: upserts %+v, want one with the built-in target %v", ups, builtin)
+	ev := h.events()
+	if len(ev) != 1 || !strings.Contains(ev[0], "Warning InvalidName not autoscaled: service key") {
+		t.Fatalf("events %q, want one InvalidName warning", ev)
 	}
 }
 
@@ -340,7 +311,7 @@ func TestRunReconcilesOnWorkers(t *testing.T) {
 	if _, err := h.cs.AppsV1().Deployments(testNS).Create(h.ctx, plain, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	h.cached(keyOf(plain), func(*appsv1.Deployment) bool { return true })
+	h.cached(kube.KeyOf(plain), func(*appsv1.Deployment) bool { return true })
 
 	if err := h.c.Run(h.ctx, 1); err == nil {
 		t.Error("a second Run: no error")
@@ -355,7 +326,7 @@ func TestRunReconcilesOnWorkers(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 	for _, c := range h.scaling.take() {
-		if c.key == keyOf(plain) {
+		if c.key == kube.KeyOf(plain) {
 			t.Errorf("a plain deployment reached the loop: %+v", c)
 		}
 	}
@@ -364,11 +335,23 @@ func TestRunReconcilesOnWorkers(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	cs := fake.NewClientset()
 	f := informers.NewSharedInformerFactory(cs, 0)
-	ok := Config{Client: cs, Informers: f, Router: newFakeRouter(), Recorder: record.NewFakeRecorder(1)}
+	rec := record.NewFakeRecorder(1)
+	store, err := defaults.New(defaults.Config{Client: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBackend(BackendConfig{Client: cs, Informers: f, Router: newFakeRouter(), Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := Config{Client: cs, Informers: f, Router: newFakeRouter(), Backend: b, Scaling: newFakeScaling(), Defaults: store, Recorder: rec}
 	for name, mod := range map[string]func(*Config){
 		"no client":    func(c *Config) { c.Client = nil },
 		"no informers": func(c *Config) { c.Informers = nil },
 		"no router":    func(c *Config) { c.Router = nil },
+		"no backend":   func(c *Config) { c.Backend = nil },
+		"no scaling":   func(c *Config) { c.Scaling = nil },
+		"no defaults":  func(c *Config) { c.Defaults = nil },
 		"no recorder":  func(c *Config) { c.Recorder = nil },
 		"bad port":     func(c *Config) { c.StatsPort = 70000 },
 	} {
@@ -382,10 +365,6 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Run(t.Context(), 1); err == nil {
-		t.Error("Run before SetScaling: no error")
-	}
-	c.SetScaling(newFakeScaling())
 	if err := c.Run(t.Context(), 0); err == nil {
 		t.Error("Run with 0 workers: no error")
 	}

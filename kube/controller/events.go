@@ -11,11 +11,11 @@ import (
 	"github.com/swell-run/swell/pkg/service"
 )
 
-// OnEvent is the executor's scaler.Options.OnEvent: it records each change
-// made to a Deployment, and each failure, as an Event on it, and schedules
-// its status annotation's update. It does not block: the lister read is
+// OnEvent is the executor's scaler.Config.OnEvent: it records each change
+// made to a Deployment, and each failure, as an Event on it, and tells the
+// listeners its status changed. It does not block: the lister read is
 // local and the recorder queues the Event.
-func (c *Controller) OnEvent(e scaler.Event) {
+func (c *Backend) OnEvent(e scaler.Event) {
 	typ, reason, msg := corev1.EventTypeNormal, "", e.Reason
 	switch e.Kind {
 	case scaler.EventScale:
@@ -43,14 +43,14 @@ func (c *Controller) OnEvent(e scaler.Event) {
 		return
 	}
 	c.event(e.Service, typ, reason, msg)
-	c.enqueue(e.Service)
+	c.changed(e.Service)
 }
 
 // OnNotable is the loop's autoscaler.Config.OnNotable: it records panic
-// mode starting or ending as an Event on the Deployment, and schedules its
-// status annotation's update. It runs on the loop goroutine and does not
+// mode starting or ending as an Event on the Deployment, and tells the
+// listeners its status changed. It runs on the loop goroutine and does not
 // block.
-func (c *Controller) OnNotable(n autoscaler.Notable) {
+func (c *Backend) OnNotable(n autoscaler.Notable) {
 	if n.PanicChanged {
 		reason := ReasonPanicEnded
 		if n.Decision.InPanic {
@@ -58,11 +58,11 @@ func (c *Controller) OnNotable(n autoscaler.Notable) {
 		}
 		c.event(n.Service, corev1.EventTypeNormal, reason, n.Decision.Reason)
 	}
-	c.enqueue(n.Service)
+	c.changed(n.Service)
 }
 
 // event records an Event on key's Deployment, if it is opted in.
-func (c *Controller) event(key service.Key, typ, reason, msg string) {
+func (c *Backend) event(key service.Key, typ, reason, msg string) {
 	d, err := c.deployment(key)
 	if err != nil {
 		return

@@ -34,35 +34,35 @@ func TestEventsOnTheDeployment(t *testing.T) {
 		events []string
 	}{
 		{"scale up", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 1, To: 3, Reason: "stable at target 70"})
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 1, To: 3, Reason: "stable at target 70"})
 		}, []string{onDeployment("Normal ScaledUp 1 → 3: stable at target 70")}},
 		{"scale down", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 3, To: 2, Reason: "stable at target 70"})
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 3, To: 2, Reason: "stable at target 70"})
 		}, []string{onDeployment("Normal ScaledDown 3 → 2: stable at target 70")}},
 		{"scale to zero", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 2, To: 0, Reason: "scale to zero after 30s idle"})
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventScale, From: 2, To: 0, Reason: "scale to zero after 30s idle"})
 		}, []string{onDeployment("Normal ScaledToZero 2 → 0: scale to zero after 30s idle")}},
 		{"route activator", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RoutePods, ToRoute: plan.RouteActivator,
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RoutePods, ToRoute: plan.RouteActivator,
 				Reason: "before scale to zero"})
 		}, []string{onDeployment("Normal RouteActivator before scale to zero")}},
 		{"route pods", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RouteActivator, ToRoute: plan.RoutePods,
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventRoute, FromRoute: plan.RouteActivator, ToRoute: plan.RoutePods,
 				Reason: "stable at target 70"})
 		}, []string{onDeployment("Normal RoutePods stable at target 70")}},
 		{"error", func(k service.Key) {
-			h.c.OnEvent(scaler.Event{Service: k, Kind: scaler.EventError, Err: errors.New("set scale: boom"), RetryIn: 400 * time.Millisecond})
+			h.b.OnEvent(scaler.Event{Service: k, Kind: scaler.EventError, Err: errors.New("set scale: boom"), RetryIn: 400 * time.Millisecond})
 		}, []string{onDeployment("Warning ScaleFailed set scale: boom (retry in 400ms)")}},
 		{"panic started", func(k service.Key) {
-			h.c.OnNotable(autoscaler.Notable{Service: k, From: 1, PanicChanged: true,
+			h.b.OnNotable(autoscaler.Notable{Service: k, From: 1, PanicChanged: true,
 				Decision: decider.Decision{Scale: 3, InPanic: true, Reason: "panic: wants 3 pods for 1 ready at target 70"}})
 		}, []string{onDeployment("Normal PanicStarted panic: wants 3 pods for 1 ready at target 70")}},
 		{"panic ended", func(k service.Key) {
-			h.c.OnNotable(autoscaler.Notable{Service: k, From: 3, PanicChanged: true,
+			h.b.OnNotable(autoscaler.Notable{Service: k, From: 3, PanicChanged: true,
 				Decision: decider.Decision{Scale: 3, Reason: "stable at target 70"}})
 		}, []string{onDeployment("Normal PanicEnded stable at target 70")}},
 		{"scale change without panic change", func(k service.Key) {
-			h.c.OnNotable(autoscaler.Notable{Service: k, From: 3, Decision: decider.Decision{Scale: 4, Reason: "stable at target 70"}})
+			h.b.OnNotable(autoscaler.Notable{Service: k, From: 3, Decision: decider.Decision{Scale: 4, Reason: "stable at target 70"}})
 		}, nil},
 	} {
 		tc.do(key)
@@ -77,7 +77,7 @@ func TestEventsOnTheDeployment(t *testing.T) {
 
 		// Nothing is recorded on a Deployment that is not opted in, or
 		// gone.
-		tc.do(keyOf(plain))
+		tc.do(kube.KeyOf(plain))
 		tc.do(service.Key{Namespace: testNS, Name: "missing"})
 		if ev := h.events(); len(ev) != 0 {
 			t.Errorf("%s: events on deployments that are not opted in: %q", tc.name, ev)
@@ -141,7 +141,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 		Reason: "panic: wants 4 pods for 2 ready at target 70",
 	}}
 	h.scaling.setStatus(key, ss)
-	h.c.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
+	h.b.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
 	h.drain()
 	if p := statusPatches(h); len(p) != 1 {
 		t.Fatalf("patches %q, want 1", p)
@@ -156,7 +156,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 	// write. A newer decision time alone changes nothing.
 	ss.Time = ss.Time.Add(time.Minute)
 	h.scaling.setStatus(key, ss)
-	h.c.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
+	h.b.OnNotable(autoscaler.Notable{Service: key, From: 2, Decision: decider.Decision{Scale: 3}})
 	h.drain()
 	h.cached(key, func(d *appsv1.Deployment) bool { return d.Annotations[kube.AnnotationStatus] != "" })
 	h.sync(key)
@@ -168,7 +168,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 	ss.Scale, ss.PanicMode = 4, false
 	h.scaling.setStatus(key, ss)
 	h.router.setRoute(key, plan.RoutePods, plan.RoutePods)
-	h.c.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 3, To: 4})
+	h.b.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 3, To: 4})
 	h.drain()
 	if p := statusPatches(h); len(p) != 2 {
 		t.Fatalf("patches %q, want 2", p)
@@ -192,10 +192,10 @@ func TestStatusAnnotationNeverOnDeploymentsNotOptedIn(t *testing.T) {
 	plain := deployment("plain", nil)
 	delete(plain.Spec.Template.Labels, kube.LabelEnabled)
 	h.create(plain)
-	key := keyOf(plain)
+	key := kube.KeyOf(plain)
 	h.scaling.known[key] = true // as if it had been opted in before
 	h.scaling.setStatus(key, autoscaler.ServiceStatus{Decided: true, DecisionStatus: autoscaler.DecisionStatus{Scale: 2}})
-	h.c.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 1, To: 2})
+	h.b.OnEvent(scaler.Event{Service: key, Kind: scaler.EventScale, From: 1, To: 2})
 	h.drain()
 	if p := statusPatches(h); len(p) != 0 {
 		t.Errorf("patches %q on a deployment not opted in", p)

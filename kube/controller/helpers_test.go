@@ -24,6 +24,7 @@ import (
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/defaults"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -212,6 +213,8 @@ type harness struct {
 	cancel  context.CancelFunc
 	cs      *fake.Clientset
 	c       *Controller
+	b       *Backend
+	store   *defaults.Store
 	router  *fakeRouter
 	scaling *fakeScaling
 	rec     *record.FakeRecorder
@@ -234,25 +237,36 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 		clock:   clocktesting.NewFakeClock(time.Date(2031, 3, 4, 5, 6, 7, 0, time.UTC)),
 	}
 	factory := informers.NewSharedInformerFactory(cs, 0)
+	store, err := defaults.New(defaults.Config{Client: cs, Namespace: testSystem, Recorder: h.rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBackend(BackendConfig{Client: cs, Informers: factory, Router: h.router, Recorder: h.rec})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := New(Config{
-		Client:          cs,
-		Informers:       factory,
-		SystemNamespace: testSystem,
-		Router:          h.router,
-		Recorder:        h.rec,
-		Clock:           h.clock,
+		Client:    cs,
+		Informers: factory,
+		Router:    h.router,
+		Backend:   b,
+		Scaling:   h.scaling,
+		Defaults:  store,
+		Recorder:  h.rec,
+		Clock:     h.clock,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.rec.IncludeObject = true
-	c.SetScaling(h.scaling)
-	h.c = c
+	h.c, h.b, h.store = c, b, store
+	storeDone := make(chan struct{})
+	go func() { defer close(storeDone); store.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
+		<-storeDone
 		c.queue.ShutDown()
 		factory.Shutdown()
-		c.cmFactory.Shutdown()
 	})
 	return h
 }
@@ -262,12 +276,13 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 func (h *harness) start() {
 	h.t.Helper()
 	h.c.informers.Start(h.ctx.Done())
-	h.c.cmFactory.Start(h.ctx.Done())
-	if !cache.WaitFor(h.ctx, "", h.c.synced...) {
+	if !cache.WaitFor(h.ctx, "", h.c.synced) {
 		h.t.Fatal("caches did not sync")
 	}
-	if err := h.c.syncDefaults(); err != nil {
-		h.t.Fatal(err)
+	select {
+	case <-h.store.Loaded():
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("the defaults were not loaded")
 	}
 }
 
@@ -313,7 +328,7 @@ func (h *harness) create(d *appsv1.Deployment) {
 	if _, err := h.cs.AppsV1().Deployments(d.Namespace).Create(h.ctx, d, metav1.CreateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.cached(keyOf(d), func(got *appsv1.Deployment) bool { return got.Generation == d.Generation })
+	h.cached(kube.KeyOf(d), func(got *appsv1.Deployment) bool { return got.Generation == d.Generation })
 }
 
 // update writes d and waits for the cache to show its annotations and
@@ -323,7 +338,7 @@ func (h *harness) update(d *appsv1.Deployment) {
 	if _, err := h.cs.AppsV1().Deployments(d.Namespace).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.cached(keyOf(d), func(got *appsv1.Deployment) bool {
+	h.cached(kube.KeyOf(d), func(got *appsv1.Deployment) bool {
 		return maps.Equal(got.Annotations, d.Annotations) && maps.Equal(got.Labels, d.Labels) &&
 			maps.Equal(got.Spec.Template.Labels, d.Spec.Template.Labels)
 	})

@@ -64,10 +64,10 @@ func (c *Controller) writeStatus(ctx context.Context, sc Scaling, key service.Ke
 		// goroutine), or not decided for: the first decision may change
 		// nothing and so report nothing (OnNotable, OnEvent). Look again
 		// after a tick.
-		c.queue.AddAfter(item{key: key}, autoscaler.DefaultTickInterval)
+		c.queue.AddAfter(key, autoscaler.DefaultTickInterval)
 		return nil
 	}
-	b, err := json.Marshal(statusAnnotation(ss, c.status(key, d)))
+	b, err := json.Marshal(statusAnnotation(ss, c.backend.status(key, d)))
 	if err != nil {
 		return fmt.Errorf("status annotation of deployment %s: %w", key, err)
 	}

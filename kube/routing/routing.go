@@ -96,15 +96,15 @@ type Router struct {
 	deployments appslisters.DeploymentLister
 	synced      []cache.InformerSynced
 
+	// queue hands a Deployment's key to one worker at a time: the one
+	// serialisation of its reconciles.
 	queue workqueue.TypedRateLimitingInterface[service.Key]
-	locks keyLocks
 
 	// notifying serialises notify, so callbacks see changes in order.
 	notifying sync.Mutex
 
 	mu        sync.Mutex
 	started   bool
-	running   bool
 	requested map[service.Key]plan.Route
 	// releasing holds when the release of a route EndpointSlice began.
 	releasing map[types.NamespacedName]time.Time
@@ -152,7 +152,6 @@ func New(cfg Config) (*Router, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[service.Key](),
 			workqueue.TypedRateLimitingQueueConfig[service.Key]{Name: "swell-routing"}),
-		locks:     keyLocks{m: map[service.Key]*keyLock{}},
 		requested: map[service.Key]plan.Route{},
 		releasing: map[types.NamespacedName]time.Time{},
 		warned:    map[types.UID]map[string]string{},
@@ -228,9 +227,6 @@ func (r *Router) Run(ctx context.Context, workers int) error {
 		r.queue.ShutDown()
 		return fmt.Errorf("routing: wait for the informers' caches: %w", context.Cause(ctx))
 	}
-	r.mu.Lock()
-	r.running = true
-	r.mu.Unlock()
 	r.log.Info("routing running", zap.Int("workers", workers), zap.String("system-namespace", r.sysNS))
 
 	var wg sync.WaitGroup
@@ -241,9 +237,6 @@ func (r *Router) Run(ctx context.Context, workers int) error {
 		})
 	}
 	<-ctx.Done()
-	r.mu.Lock()
-	r.running = false
-	r.mu.Unlock()
 	r.queue.ShutDown()
 	wg.Wait()
 	return nil
@@ -294,25 +287,20 @@ func (r *Router) Route(key service.Key) (effective, requested plan.Route) {
 	return effective, requested
 }
 
-// SetRoute records route as D's requested route and, once Run is running,
-// writes the EndpointSlices of D's routed Services now, returning the
-// write's error. D is also reconciled again through the queue.
-func (r *Router) SetRoute(ctx context.Context, key service.Key, route plan.Route) error {
+// SetRoute records route as D's requested route and queues D's
+// reconcile, which writes the EndpointSlices of D's routed Services; a
+// failed write is retried by the queue. The route in effect (Route) shows
+// the switch once the informers see it, and OnChange reports it. ctx is
+// unused: nothing is written here.
+func (r *Router) SetRoute(_ context.Context, key service.Key, route plan.Route) error {
 	if route != plan.RouteActivator && route != plan.RoutePods {
 		return fmt.Errorf("routing: route %v for %s; accepted: activator or pods", route, key)
 	}
 	r.mu.Lock()
 	r.requested[key] = route
-	running := r.running
 	r.mu.Unlock()
 	r.queue.Add(key)
 	r.notify(key)
-	if !running {
-		return nil
-	}
-	if err := r.sync(ctx, key); err != nil {
-		return fmt.Errorf("route %s through %s: %w", key, route, err)
-	}
 	return nil
 }
 
@@ -488,8 +476,8 @@ func (r *Router) activatorChanged() {
 		return
 	}
 	for _, d := range deps {
-		if optedIn(d) {
-			r.queue.Add(keyOf(d))
+		if kube.OptedIn(d) {
+			r.queue.Add(kube.KeyOf(d))
 		}
 	}
 	for _, s := range r.activatorRoutes() {
@@ -512,7 +500,7 @@ func (r *Router) deploymentChanged(old, obj any) {
 		prev.DeletionTimestamp.Equal(d.DeletionTimestamp) {
 		return
 	}
-	r.queue.Add(keyOf(d))
+	r.queue.Add(kube.KeyOf(d))
 	// Whether a Service selects one Deployment's pods or several depends
 	// on the pod template labels of every Deployment of the namespace:
 	// the others are concerned only when d comes, goes or changes them,
@@ -537,7 +525,7 @@ func (r *Router) deploymentDeleted(obj any) {
 	if !ok {
 		return
 	}
-	key := keyOf(d)
+	key := kube.KeyOf(d)
 	r.mu.Lock()
 	delete(r.requested, key)
 	delete(r.seen, key)
@@ -553,36 +541,4 @@ func unwrap[T any](obj any) (T, bool) {
 	}
 	t, ok := obj.(T)
 	return t, ok
-}
-
-// keyLocks serialises the reconciles of one Deployment: the workers and
-// SetRoute.
-type keyLocks struct {
-	mu sync.Mutex
-	m  map[service.Key]*keyLock
-}
-
-type keyLock struct {
-	sync.Mutex
-	n int
-}
-
-func (l *keyLocks) lock(key service.Key) (unlock func()) {
-	l.mu.Lock()
-	k := l.m[key]
-	if k == nil {
-		k = &keyLock{}
-		l.m[key] = k
-	}
-	k.n++
-	l.mu.Unlock()
-	k.Lock()
-	return func() {
-		k.Unlock()
-		l.mu.Lock()
-		if k.n--; k.n == 0 {
-			delete(l.m, key)
-		}
-		l.mu.Unlock()
-	}
 }

@@ -172,11 +172,14 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	return &harness{t: t, ctx: ctx, client: client, rec: rec, clock: clk, r: r}
 }
 
-// leader lets SetRoute write without Run.
-func (h *harness) leader() {
-	h.r.mu.Lock()
-	h.r.running = true
-	h.r.mu.Unlock()
+// setRoute asks for route, as the executor does, and runs the reconcile
+// the request queues, as a worker would.
+func (h *harness) setRoute(route plan.Route) {
+	h.t.Helper()
+	if err := h.r.SetRoute(h.ctx, web, route); err != nil {
+		h.t.Fatal(err)
+	}
+	h.sync()
 }
 
 var kinds = []struct {
@@ -487,12 +490,9 @@ func TestPorts(t *testing.T) {
 
 func TestActivatorRoute(t *testing.T) {
 	h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods(), twoActivators())
-	h.leader()
 	h.sync()
 	h.writes()
-	if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
-		t.Fatal(err)
-	}
+	h.setRoute(plan.RouteActivator)
 	equal(t, "writes", h.writes(), []string{"update endpointslices web-swell"})
 	s := h.routeSlice("web")
 	equal(t, "route label", s.Labels[kube.LabelRoute], kube.RouteActivator)
@@ -517,10 +517,7 @@ func TestNeverEmpty(t *testing.T) {
 	t.Run("pods asked, none ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
 			podsSlice(ep{ip: "10.0.0.11", ready: false}), twoActivators())
-		h.leader()
-		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
-			t.Fatal(err)
-		}
+		h.setRoute(plan.RoutePods)
 		h.settle()
 		s := h.routeSlice("web")
 		equal(t, "route label", s.Labels[kube.LabelRoute], kube.RouteActivator)
@@ -540,10 +537,7 @@ func TestNeverEmpty(t *testing.T) {
 	t.Run("activator asked, none ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods(),
 			activators(ep{ip: "10.9.0.1", ready: false}))
-		h.leader()
-		if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
-			t.Fatal(err)
-		}
+		h.setRoute(plan.RouteActivator)
 		h.settle()
 		s := h.routeSlice("web")
 		equal(t, "route label", s.Labels[kube.LabelRoute], kube.RoutePods)
@@ -554,19 +548,15 @@ func TestNeverEmpty(t *testing.T) {
 	t.Run("neither ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
 			podsSlice(ep{ip: "10.0.0.11", ready: false}))
-		h.leader()
 		h.sync()
 		h.writes()
-		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
-			t.Fatal(err)
-		}
+		h.setRoute(plan.RoutePods)
 		equal(t, "writes", h.writes(), []string(nil))
 		h.noRouteSlice("web")
 		equal(t, "selector", h.service("web").Spec.Selector, map[string]string{"app": "web"})
 	})
 	t.Run("neither ready, taken", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods())
-		h.leader()
 		h.sync()
 		before := h.routeSlice("web")
 		if _, err := h.client.DiscoveryV1().EndpointSlices(ns).Update(h.ctx, podsSlice(), metav1.UpdateOptions{}); err != nil {
@@ -574,9 +564,7 @@ func TestNeverEmpty(t *testing.T) {
 		}
 		h.writes()
 		h.sync()
-		if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
-			t.Fatal(err)
-		}
+		h.setRoute(plan.RouteActivator)
 		equal(t, "writes", h.writes(), []string(nil))
 		equal(t, "slice", h.routeSlice("web"), before)
 	})
@@ -587,16 +575,13 @@ func TestSteadyStateWritesNothing(t *testing.T) {
 		userService("web", map[string]string{"app": "web"}),
 		userService("web-admin", map[string]string{"app": "web"}, corev1.ServicePort{Name: "admin", Port: 8080}),
 		twoPods(), twoActivators())
-	h.leader()
 	h.sync()
 	if len(h.writes()) == 0 {
 		t.Fatal("the first sync wrote nothing")
 	}
 	for range 3 {
 		h.sync()
-		if err := h.r.SetRoute(h.ctx, web, plan.RoutePods); err != nil {
-			t.Fatal(err)
-		}
+		h.setRoute(plan.RoutePods)
 	}
 	equal(t, "writes", h.writes(), []string(nil))
 }
@@ -679,7 +664,6 @@ func TestNewRouterReportsTheRouteInEffect(t *testing.T) {
 
 	eff, req := h.r.Route(web)
 	equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RouteActivator})
-	h.leader()
 	h.sync()
 	equal(t, "writes", h.writes(), []string(nil))
 
@@ -905,8 +889,8 @@ func TestSetRouteBeforeRunWritesNothing(t *testing.T) {
 }
 
 // TestRun drives the Router through its queue: a Deployment is routed as
-// soon as it is seen, OnChange reports its pods and route, and SetRoute
-// writes at once.
+// soon as it is seen, OnChange reports its pods and route, and a SetRoute
+// is written by a worker.
 func TestRun(t *testing.T) {
 	h := newHarness(t, twoActivators())
 	var mu sync.Mutex

@@ -21,16 +21,6 @@ import (
 
 var everything = labels.Everything()
 
-// optedIn says whether d is labelled in, on itself and on its template.
-func optedIn(d *appsv1.Deployment) bool {
-	return d.DeletionTimestamp == nil &&
-		d.Labels[kube.LabelEnabled] == "true" && d.Spec.Template.Labels[kube.LabelEnabled] == "true"
-}
-
-func keyOf(d *appsv1.Deployment) service.Key {
-	return service.Key{Namespace: d.Namespace, Name: d.Name}
-}
-
 // subset says whether sel is non-empty and every one of its labels is in
 // set.
 func subset(sel, set map[string]string) bool {
@@ -102,8 +92,8 @@ func (r *Router) deploymentsFor(svc *corev1.Service) []service.Key {
 		return keys
 	}
 	for _, d := range deps {
-		if optedIn(d) && subset(sel, d.Spec.Template.Labels) {
-			keys = append(keys, keyOf(d))
+		if kube.OptedIn(d) && subset(sel, d.Spec.Template.Labels) {
+			keys = append(keys, kube.KeyOf(d))
 		}
 	}
 	return keys

@@ -33,15 +33,13 @@ import (
 // opted in, given back when it is not or is gone. It reads the informer
 // caches and writes only what differs from them.
 func (r *Router) sync(ctx context.Context, key service.Key) error {
-	unlock := r.locks.lock(key)
-	defer unlock()
 	d, err := r.deployments.Deployments(key.Namespace).Get(key.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return r.release(ctx, key, nil)
 	case err != nil:
 		return err
-	case !optedIn(d):
+	case !kube.OptedIn(d):
 		return r.release(ctx, key, nil)
 	}
 	return r.reconcile(ctx, d)
@@ -49,7 +47,7 @@ func (r *Router) sync(ctx context.Context, key service.Key) error {
 
 // reconcile routes the Services of opted-in d.
 func (r *Router) reconcile(ctx context.Context, d *appsv1.Deployment) error {
-	key := keyOf(d)
+	key := kube.KeyOf(d)
 	app := appOf(d)
 	if app.err != nil {
 		r.warn(d, d.UID, ReasonNotRouted, "Deployment %s/%s: Swell cannot route its Services: %v", d.Namespace, d.Name, app.err)

@@ -13,9 +13,8 @@ import (
 // scale from zero. The status is counted once the request is answered,
 // whichever stage answered it.
 type accounting struct {
-	next  http.Handler
-	clk   clock.PassiveClock
-	hooks *hooks
+	next http.Handler
+	clk  clock.PassiveClock
 }
 
 func (h *accounting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -29,11 +28,7 @@ func (h *accounting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		t.m.inFlight.Dec()
 		t.tracker.End(h.clk.Now(), false)
-		code := e.code()
-		t.m.count(code)
-		if h.hooks.done != nil {
-			h.hooks.done(t.key, code)
-		}
+		t.m.count(e.code())
 	}()
 	h.next.ServeHTTP(w, r)
 }

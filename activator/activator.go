@@ -82,7 +82,6 @@ type Activator struct {
 	proxy       *httputil.ReverseProxy
 	probeClient *http.Client
 	handler     http.Handler // the chain (chain.go)
-	hooks       hooks
 
 	table atomic.Pointer[routeTable]
 	// tableChanged is closed and replaced on each table publish.
@@ -153,15 +152,6 @@ func New(cfg Config) (*Activator, error) {
 	a.tableChanged.Store(&ch)
 	a.handler = a.buildHandler()
 	return a, nil
-}
-
-// hooks are test hooks, nil in production. The stages hold a pointer to
-// the Activator's, so that a test sets them after New.
-type hooks struct {
-	// queued is called when a request is about to wait in the throttler.
-	queued func(key service.Key)
-	// done is called when a request is done, with the status recorded.
-	done func(key service.Key, code int)
 }
 
 // ServeHTTP routes r to its service and serves it, or answers 404.

@@ -18,7 +18,7 @@ func (a *Activator) buildHandler() http.Handler {
 		func(next http.Handler) http.Handler { return &router{next: next, table: &a.table} },
 		// The autoscaler's load and Prometheus' counts see every request,
 		// the 503s and 504s below included; time queued counts.
-		func(next http.Handler) http.Handler { return &accounting{next: next, clk: a.clk, hooks: &a.hooks} },
+		func(next http.Handler) http.Handler { return &accounting{next: next, clk: a.clk} },
 		// The autoscaler hears of a request for a service with no routable
 		// pod at once, not at the next report.
 		func(next http.Handler) http.Handler { return &coldStart{next: next, poke: a.cfg.Poke} },
@@ -27,7 +27,7 @@ func (a *Activator) buildHandler() http.Handler {
 		func(next http.Handler) http.Handler { return &retry{next: next, clk: a.clk, bound: bound} },
 		// At most the routable pods' slots at once; the rest wait, FIFO,
 		// bounded in number and in time.
-		func(next http.Handler) http.Handler { return &throttle{next: next, bound: bound, hooks: &a.hooks} },
+		func(next http.Handler) http.Handler { return &throttle{next: next, bound: bound} },
 		// An admitted request takes a free slot on one pod, by the
 		// service's policy.
 		func(next http.Handler) http.Handler { return &balance{next: next, clk: a.clk, metrics: a.metrics} },

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/pkg/network"
@@ -92,19 +93,73 @@ func (p *fakePod) serve(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, p.name)
 }
 
+// notifyClock is the fake clock, telling a test what the activator arms on
+// it, by duration: each timer (NewTimer: a prober's wait before it probes
+// a pod again) and each AfterFunc (a request's queue bound, armed as the
+// request first waits — in the throttler, or for a pod after an admission
+// that found none — and the retry's pickRetry). The channels hold many
+// announcements; once one is full, further ones are dropped, so that a
+// test that reads none is not held up.
+type notifyClock struct {
+	*clocktesting.FakeClock
+	timers, afterFuncs chan time.Duration
+}
+
+func newNotifyClock() *notifyClock {
+	return &notifyClock{
+		FakeClock:  clocktesting.NewFakeClock(time.Unix(1e9, 0)),
+		timers:     make(chan time.Duration, 1000),
+		afterFuncs: make(chan time.Duration, 1000),
+	}
+}
+
+func announce(ch chan<- time.Duration, d time.Duration) {
+	select {
+	case ch <- d:
+	default:
+	}
+}
+
+func (c *notifyClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	announce(c.timers, d)
+	return t
+}
+
+func (c *notifyClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := c.FakeClock.AfterFunc(d, f)
+	announce(c.afterFuncs, d)
+	return t
+}
+
+// queued waits until a request starts to wait for a pod, which shows as
+// the request arms its queue bound (of duration bound) the first time it
+// waits; other AfterFuncs (pickRetry) are passed over. The bound is then
+// armed: a step of the clock by bound reaches it.
+func (c *notifyClock) queued(t *testing.T, bound time.Duration) {
+	t.Helper()
+	for recv(t, c.afterFuncs, "a queued request") != bound {
+	}
+}
+
 type testEnv struct {
 	a   *Activator
 	src *MemorySource
 	reg *prometheus.Registry
-	clk *clocktesting.FakeClock
+	clk *notifyClock
 	srv *httptest.Server // the activator on loopback
+	// finished gets a value each time the activator's handler has returned
+	// a request of srv's, its accounting done (buffered; dropped when
+	// full).
+	finished chan struct{}
 }
 
 // newEnv starts an activator (fake clock, own registry) following src and
-// serving on loopback. mod may adjust the Config and the hooks.
-func newEnv(t testing.TB, src *MemorySource, mod func(*Config), hooks func(*Activator)) *testEnv {
+// serving on loopback. mod may adjust the Config; before may adjust the
+// Activator before Run starts.
+func newEnv(t testing.TB, src *MemorySource, mod func(*Config), before func(*Activator)) *testEnv {
 	t.Helper()
-	e := &testEnv{src: src, reg: prometheus.NewRegistry(), clk: clocktesting.NewFakeClock(time.Unix(1e9, 0))}
+	e := &testEnv{src: src, reg: prometheus.NewRegistry(), clk: newNotifyClock(), finished: make(chan struct{}, 1000)}
 	cfg := Config{Source: src, Registerer: e.reg, Clock: e.clk}
 	if mod != nil {
 		mod(&cfg)
@@ -113,14 +168,22 @@ func newEnv(t testing.TB, src *MemorySource, mod func(*Config), hooks func(*Acti
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hooks != nil {
-		hooks(a)
+	if before != nil {
+		before(a)
 	}
 	e.a = a
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
-	e.srv = httptest.NewServer(a)
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			select {
+			case e.finished <- struct{}{}:
+			default:
+			}
+		}()
+		a.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		// Closing the connections cancels requests still queued, which
 		// Close would otherwise wait for.
@@ -239,7 +302,7 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 type stageEnv struct {
 	a   *Activator
 	t   *target
-	clk *clocktesting.FakeClock
+	clk *notifyClock
 	reg *prometheus.Registry
 }
 
@@ -247,7 +310,7 @@ type stageEnv struct {
 // n routable pods, p0, p1, … in name order. mod may adjust the Config.
 func newStageEnv(t *testing.T, cc, n int, mod func(*Config)) *stageEnv {
 	t.Helper()
-	s := &stageEnv{clk: clocktesting.NewFakeClock(time.Unix(1e9, 0)), reg: prometheus.NewRegistry()}
+	s := &stageEnv{clk: newNotifyClock(), reg: prometheus.NewRegistry()}
 	cfg := Config{Source: NewMemorySource(), Registerer: s.reg, Clock: s.clk}
 	if mod != nil {
 		mod(&cfg)

@@ -32,7 +32,7 @@ const (
 // requests over cleartext HTTP/2 with prior knowledge, so gRPC streams and
 // trailers pass end to end.
 func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy {
-	transport := proxy.NewTransport(proxy.TransportOptions{
+	transport := proxy.NewTransport(proxy.TransportConfig{
 		DialTimeout:         dialTimeout,
 		KeepAlive:           30 * time.Second,
 		MaxIdleConnsPerHost: maxIdleConnsPerHost,

@@ -11,7 +11,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/pkg/service"
 )
 
 // newServing returns an env with one routable pod for default/hello.
@@ -90,9 +89,8 @@ func TestProxyWebsocket(t *testing.T) {
 			c.WriteMessage(mt, append([]byte("echo:"), m...))
 		}
 	}
-	finished := make(chan int, 1)
 	src := NewMemorySource(Service{Key: helloKey, Pods: []Pod{pod.pod()}})
-	e := newEnv(t, src, nil, func(a *Activator) { a.hooks.done = func(_ service.Key, code int) { finished <- code } })
+	e := newEnv(t, src, nil, nil)
 	e.waitRoutable(t, helloKey, 1)
 
 	hdr := http.Header{network.ServiceHeader: {"default/hello"}}
@@ -109,8 +107,9 @@ func TestProxyWebsocket(t *testing.T) {
 		}
 	}
 	c.Close()
-	if code := recv(t, finished, "websocket end"); code != http.StatusSwitchingProtocols {
-		t.Errorf("websocket recorded as %d, want 101", code)
+	recv(t, e.finished, "websocket end")
+	if n := metric(t, e.reg, "swell_activator_requests_total", map[string]string{"status_class": "1xx"}); n != 1 {
+		t.Errorf("websocket: 1xx count %v, want 1 (its 101)", n)
 	}
 }
 

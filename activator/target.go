@@ -42,7 +42,7 @@ type target struct {
 func (a *Activator) newTarget(key service.Key) *target {
 	// Capacity 0 admits nobody until a pod is routable; the queue depth was
 	// validated by New, so the error cannot happen.
-	br, _ := breaker.New(breaker.Params{Capacity: 0, QueueDepth: a.cfg.QueueDepth})
+	br, _ := breaker.New(breaker.Config{Capacity: 0, QueueDepth: a.cfg.QueueDepth})
 	name := key.String()
 	t := &target{
 		a:       a,

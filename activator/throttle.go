@@ -16,7 +16,6 @@ import (
 type throttle struct {
 	next  http.Handler
 	bound queueBound
-	hooks *hooks
 }
 
 func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -24,9 +23,6 @@ func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := e.t
 	if !t.br.TryAcquire() {
 		wait := h.bound.of(e)
-		if h.hooks.queued != nil {
-			h.hooks.queued(t.key)
-		}
 		t.m.queued.Inc()
 		err := t.br.Acquire(wait)
 		t.m.queued.Dec()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/pkg/network"
-	"github.com/swell-run/swell/pkg/service"
 )
 
 // TestThrottleHoldsASlot: an admitted request holds a slot of the
@@ -18,7 +17,7 @@ func TestThrottleHoldsASlot(t *testing.T) {
 	for _, abort := range []bool{false, true} {
 		s := newStageEnv(t, 1, 1, nil)
 		reached := false
-		h := &throttle{hooks: &s.a.hooks, bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			reached = true
 			if n := s.t.br.InFlight(); n != 1 {
 				t.Errorf("%d slots held while the request is below, want 1", n)
@@ -45,9 +44,7 @@ func TestThrottleHoldsASlot(t *testing.T) {
 // with 504. Neither goes on.
 func TestThrottleQueue(t *testing.T) {
 	s := newStageEnv(t, 1, 0, func(c *Config) { c.QueueDepth = 1 })
-	queued := make(chan service.Key, 2)
-	s.a.hooks.queued = func(k service.Key) { queued <- k }
-	h := &throttle{hooks: &s.a.hooks, bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		t.Error("a request went on with no slot free")
 	})}
 
@@ -57,11 +54,8 @@ func TestThrottleQueue(t *testing.T) {
 		h.ServeHTTP(e, r)
 		first <- rec
 	}()
-	// The bound's timer is armed before the hook is called.
-	if k := recv(t, queued, "queued request"); k != helloKey {
-		t.Fatalf("queued for %s, want %s", k, helloKey)
-	}
-	if n := metric(t, s.reg, "swell_activator_queued_requests", nil); n != 1 {
+	s.clk.queued(t, time.Minute)
+	if n := metric(t, s.reg, "swell_activator_queued_requests", map[string]string{"service": helloKey.String()}); n != 1 {
 		t.Errorf("queued gauge %v while one waits, want 1", n)
 	}
 
@@ -84,9 +78,7 @@ func TestThrottleQueue(t *testing.T) {
 // once and is answered nothing.
 func TestThrottleClientLeaves(t *testing.T) {
 	s := newStageEnv(t, 1, 0, nil)
-	queued := make(chan service.Key, 1)
-	s.a.hooks.queued = func(k service.Key) { queued <- k }
-	h := &throttle{hooks: &s.a.hooks, bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		t.Error("a request went on with no slot free")
 	})}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -96,7 +88,7 @@ func TestThrottleClientLeaves(t *testing.T) {
 		h.ServeHTTP(e, r)
 		close(done)
 	}()
-	recv(t, queued, "queued request")
+	s.clk.queued(t, time.Minute)
 	cancel()
 	recv(t, done, "the request leaving the queue")
 	if n := s.t.br.Waiting(); n != 0 {

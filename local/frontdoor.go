@@ -69,7 +69,7 @@ func newFrontDoor(b *backend, act http.Handler, log *zap.Logger) *frontDoor {
 			pr.Out.URL.Host = pr.In.Context().Value(directKey{}).(direct).addr
 			proxy.SetForwarded(pr)
 		},
-		Transport: proxy.NewTransport(proxy.TransportOptions{
+		Transport: proxy.NewTransport(proxy.TransportConfig{
 			DialTimeout:         2 * time.Second,
 			KeepAlive:           30 * time.Second,
 			MaxIdleConnsPerHost: 256,

@@ -11,7 +11,7 @@ import (
 )
 
 func TestAdmission(t *testing.T) {
-	b, err := breaker.New(breaker.Params{Capacity: 1, QueueDepth: 1})
+	b, err := breaker.New(breaker.Config{Capacity: 1, QueueDepth: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

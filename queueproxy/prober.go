@@ -49,9 +49,6 @@ type prober struct {
 	// group merges concurrent probes (the loop and on-demand probes from
 	// the serving port) into one.
 	group singleflight.Group
-	// armed, if set, is called each time the loop waits for its timer
-	// (tests).
-	armed func()
 }
 
 // newProber returns a prober of the app at 127.0.0.1:port: an HTTP GET of
@@ -164,9 +161,6 @@ func (p *prober) run(ctx context.Context) {
 	for {
 		<-p.group.DoChan("probe", p.probeOnce)
 		t := p.clock.NewTimer(p.nextWait())
-		if p.armed != nil {
-			p.armed()
-		}
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -12,15 +12,14 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	testclock "k8s.io/utils/clock/testing"
 )
 
 var errDown = errors.New("app down")
 
 // scriptedProber returns a prober whose checks return the results sent on
 // the returned channel, in order.
-func scriptedProber(t *testing.T, threshold int) (*prober, chan error, *testclock.FakeClock) {
-	fc := testclock.NewFakeClock(time.Unix(0, 0))
+func scriptedProber(t *testing.T, threshold int) (*prober, chan error, *notifyClock) {
+	fc := newNotifyClock()
 	results := make(chan error)
 	p := &prober{
 		check: func(ctx context.Context) error {
@@ -64,41 +63,45 @@ func TestProberTransitions(t *testing.T) {
 }
 
 func TestProberLoop(t *testing.T) {
-	p, results, fc := scriptedProber(t, 1)
-	armed := make(chan struct{})
-	p.armed = func() { armed <- struct{}{} }
+	p, results, clk := scriptedProber(t, 1)
+	// The loop arms a timer for the next probe once it has recorded one.
+	armed := make(chan time.Duration, 16)
+	clk.onTimer = func(d time.Duration) { armed <- d }
 	go p.run(t.Context())
+	probed := func(err error, wait time.Duration) {
+		t.Helper()
+		results <- err
+		if d := recv(t, armed, "the timer for the next probe"); d != wait {
+			t.Fatalf("after a probe (%v): next in %v, want %v", err, d, wait)
+		}
+	}
 
-	results <- errDown // the app is not listening yet
-	<-armed
-	fc.Step(fastProbePeriod - time.Millisecond)
+	probed(errDown, fastProbePeriod) // the app is not listening yet
+	clk.Step(fastProbePeriod - time.Millisecond)
 	select {
 	case results <- nil:
 		t.Fatal("probed before the fast period passed")
 	default:
 	}
-	fc.Step(time.Millisecond)
-	results <- nil // now it is
-	<-armed
+	clk.Step(time.Millisecond)
+	probed(nil, time.Second) // now it is
 	if !p.Ready() {
 		t.Fatal("not ready after a successful probe")
 	}
 	// Relaxed: nothing until the period passes.
-	fc.Step(time.Second - fastProbePeriod)
+	clk.Step(time.Second - fastProbePeriod)
 	select {
 	case results <- nil:
 		t.Fatal("probed at the fast pace once ready")
 	default:
 	}
-	fc.Step(fastProbePeriod)
-	results <- errDown // threshold 1: one failure is enough
-	<-armed
+	clk.Step(fastProbePeriod)
+	probed(errDown, fastProbePeriod) // threshold 1: one failure is enough
 	if p.Ready() {
 		t.Fatal("still ready after a failure at threshold 1")
 	}
-	fc.Step(fastProbePeriod) // and back to the fast pace
-	results <- nil
-	<-armed
+	clk.Step(fastProbePeriod) // and back to the fast pace
+	probed(nil, time.Second)
 	if !p.Ready() {
 		t.Fatal("not ready again")
 	}

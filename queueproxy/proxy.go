@@ -33,7 +33,7 @@ const (
 // streams and trailers pass end to end.
 func newProxy(userPort int, log *zap.Logger) *httputil.ReverseProxy {
 	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(userPort))
-	transport := proxy.NewTransport(proxy.TransportOptions{
+	transport := proxy.NewTransport(proxy.TransportConfig{
 		DialTimeout: 5 * time.Second,
 		// Keep-alive probes are pointless on loopback.
 		KeepAlive:           -1,

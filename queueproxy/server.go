@@ -85,7 +85,7 @@ func New(cfg Config) (*QueueProxy, error) {
 	}
 	q.reporter = newReporter(q.tracker, clk, now)
 	if cfg.ContainerConcurrency > 0 {
-		b, err := breaker.New(breaker.Params{Capacity: cfg.ContainerConcurrency, QueueDepth: cfg.queueDepth()})
+		b, err := breaker.New(breaker.Config{Capacity: cfg.ContainerConcurrency, QueueDepth: cfg.queueDepth()})
 		if err != nil {
 			return nil, fmt.Errorf("admission: %w", err)
 		}

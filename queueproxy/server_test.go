@@ -54,17 +54,23 @@ func portOf(t *testing.T, addr string) int {
 
 // rig is a queue-proxy serving on loopback with a fake clock.
 type rig struct {
-	t        *testing.T
-	qp       *QueueProxy
-	clock    *testclock.FakeClock
-	url      string // serving port
-	admin    string
-	metrics  string
-	client   *http.Client
-	served   chan error
-	probed   chan struct{}
-	reported chan struct{}
-	polled   chan struct{}
+	t       *testing.T
+	qp      *QueueProxy
+	clock   *notifyClock
+	url     string // serving port
+	admin   string
+	metrics string
+	client  *http.Client
+	served  chan error
+	// probed has a value once the prober has armed its timer for the next
+	// probe, having recorded one.
+	probed chan struct{}
+	// reporting has a value once the stats reporter waits for its next
+	// tick, having reported.
+	reporting chan struct{}
+	// polled gets a value each time a drain waits for its next look at
+	// the counters, having looked (or started).
+	polled chan struct{}
 }
 
 // newRig starts a queue-proxy in front of the app at userPort; 0 picks a
@@ -95,30 +101,37 @@ func newRig(t *testing.T, userPort int, configure func(*Config)) *rig {
 	if configure != nil {
 		configure(&cfg)
 	}
-	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	cfg.Logger, cfg.Clock = testLogger(t), fc
+	r := &rig{
+		t: t, clock: newNotifyClock(),
+		served:    make(chan error, 1),
+		probed:    make(chan struct{}, 1),
+		reporting: make(chan struct{}, 1),
+		polled:    make(chan struct{}),
+	}
+	notify := func(ch chan struct{}) {
+		select {
+		case ch <- struct{}{}:
+		default: // an earlier signal is still unread
+		}
+	}
+	// Only the prober arms timers; a drain's ticker ticks faster than the
+	// reporter's.
+	r.clock.onTimer = func(time.Duration) { notify(r.probed) }
+	poll := drain.PollPeriod(cfg.DrainQuietPeriod)
+	r.clock.onTick = func(period time.Duration) {
+		switch period {
+		case ReportingPeriod:
+			notify(r.reporting)
+		case poll:
+			r.polled <- struct{}{}
+		}
+	}
+	cfg.Logger, cfg.Clock = testLogger(t), r.clock
 	qp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{
-		t: t, qp: qp, clock: fc,
-		served:   make(chan error, 1),
-		probed:   make(chan struct{}, 1),
-		reported: make(chan struct{}, 1),
-		polled:   make(chan struct{}),
-	}
-	notify := func(ch chan struct{}) func() {
-		return func() {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}
-	qp.prober.armed = notify(r.probed)
-	qp.reporter.reported = notify(r.reported)
-	qp.drainer.SetPollHook(func() { r.polled <- struct{}{} })
+	r.qp = qp
 
 	r.url = "http://" + ls[0].Addr().String()
 	r.admin = "http://" + ls[1].Addr().String()
@@ -134,6 +147,17 @@ func newRig(t *testing.T, userPort int, configure func(*Config)) *rig {
 		transport.CloseIdleConnections()
 	})
 	return r
+}
+
+// report steps the clock by a ReportingPeriod and waits until the stats
+// reporter has closed the period. The clock must not have been stepped
+// past a tick since the last report, or the step may find the reporter
+// still busy with that tick.
+func (r *rig) report() {
+	r.t.Helper()
+	recv(r.t, r.reporting, "the reporter to wait for its tick")
+	r.clock.Step(ReportingPeriod)
+	recv(r.t, r.reporting, "the report")
 }
 
 // waitReady waits until the prober has found the app ready.
@@ -445,8 +469,7 @@ func TestChainProbesNeverReachTheApp(t *testing.T) {
 	if n := hits.Load(); n != 0 {
 		t.Errorf("%d probes reached the app", n)
 	}
-	r.clock.Step(ReportingPeriod)
-	<-r.reported
+	r.report()
 	if rep := r.qp.reporter.latest.Load().report; rep.Requests != 0 {
 		t.Errorf("probes counted as %d requests", rep.Requests)
 	}
@@ -588,8 +611,7 @@ func TestChainReadyAndStats(t *testing.T) {
 	req.Header.Set(network.ProxyHeader, network.ProxyActivator)
 	readAll(t, r.do(req))
 
-	r.clock.Step(ReportingPeriod)
-	<-r.reported
+	r.report()
 	req, _ = http.NewRequest(http.MethodGet, r.metrics+network.StatsPath, nil)
 	req.Header.Set("Accept", "application/json")
 	res = r.do(req)
@@ -663,7 +685,8 @@ func TestChainDrain(t *testing.T) {
 		}
 		drained <- res
 	}()
-	waitFor(t, "the drain to start", r.qp.drainer.Draining)
+	// The drain started, with a request in flight: it waits to look.
+	recv(t, r.polled, "the drain to start")
 
 	res, err := r.client.Get(r.admin + network.ReadyPath)
 	if err != nil {
@@ -688,7 +711,7 @@ func TestChainDrain(t *testing.T) {
 	poll := drain.PollPeriod(r.qp.cfg.DrainQuietPeriod)
 	for range 30 {
 		r.clock.Step(poll)
-		<-r.polled
+		recv(t, r.polled, "a look at the counters")
 	}
 	select {
 	case <-drained:
@@ -704,12 +727,14 @@ func TestChainDrain(t *testing.T) {
 	steps := 0
 	for done := false; !done; {
 		r.clock.Step(poll)
-		<-r.polled
 		steps++
+		// The look that ends the drain does not wait for another.
 		select {
+		case <-r.polled:
 		case <-r.qp.drainer.Done():
 			done = true
-		default:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the drain neither looked again nor ended")
 		}
 	}
 	if quiet := int(r.qp.cfg.DrainQuietPeriod / poll); steps < quiet || steps > quiet+1 {

@@ -43,8 +43,6 @@ type reporter struct {
 	start   time.Time
 
 	latest atomic.Pointer[snapshot]
-	// reported, if set, is called after each report (tests).
-	reported func()
 }
 
 // snapshot is a report with its binary form, encoded once per period
@@ -69,14 +67,12 @@ func (s *reporter) report(now time.Time) {
 	rep := s.tracker.Report(now)
 	rep.Uptime = now.Sub(s.start)
 	s.latest.Store(&snapshot{report: rep, binary: rep.AppendBinary(nil)})
-	if s.reported != nil {
-		s.reported()
-	}
 }
 
 // run reports on every tick of ticker until ctx ends. The ticker is made
 // by the caller so that it exists before run is scheduled (a fake clock's
-// Step only reaches tickers that exist).
+// Step only reaches tickers that exist), and its channel taken at each
+// wait, so that a test's clock sees run wait again once it has reported.
 func (s *reporter) run(ctx context.Context, ticker clock.Ticker) {
 	defer ticker.Stop()
 	for {

@@ -55,12 +55,13 @@ func TestAccountingCountsPanickingRequests(t *testing.T) {
 }
 
 func TestReporter(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	fc := testclock.NewFakeClock(t0)
+	t0 := testTime
+	clk := newNotifyClock()
+	// The loop waits for its next tick once it has reported.
+	waiting := make(chan struct{}, 1)
+	clk.onTick = func(time.Duration) { waiting <- struct{}{} }
 	tracker := stats.NewTracker(t0)
-	rep := newReporter(tracker, fc, t0.Add(-time.Minute)) // the process started a minute ago
-	reported := make(chan struct{}, 1)
-	rep.reported = func() { reported <- struct{}{} }
+	rep := newReporter(tracker, clk, t0.Add(-time.Minute)) // the process started a minute ago
 
 	get := func(accept string) *http.Response {
 		req := httptest.NewRequest("GET", network.StatsPath, nil)
@@ -80,11 +81,11 @@ func TestReporter(t *testing.T) {
 		t.Errorf("initial report = %+v, want empty at the start", got)
 	}
 
-	ctx := t.Context()
-	go rep.run(ctx, fc.NewTicker(ReportingPeriod))
+	go rep.run(t.Context(), clk.NewTicker(ReportingPeriod))
+	recv(t, waiting, "the reporter to wait for its first tick")
 	tracker.Start(t0, false)
-	fc.Step(ReportingPeriod)
-	<-reported
+	clk.Step(ReportingPeriod)
+	recv(t, waiting, "the first report")
 
 	res := get("")
 	if ct := res.Header.Get("Content-Type"); ct != stats.ContentType {
@@ -112,8 +113,8 @@ func TestReporter(t *testing.T) {
 	}
 
 	// The next period has no new arrival but the request is still held.
-	fc.Step(ReportingPeriod)
-	<-reported
+	clk.Step(ReportingPeriod)
+	recv(t, waiting, "the second report")
 	res = get("")
 	if err := got.UnmarshalBinary([]byte(readAll(t, res))); err != nil {
 		t.Fatal(err)

@@ -53,10 +53,6 @@ type timeoutHandler struct {
 	clock    clock.WithDelayedExecution
 	timeouts timeouts
 	first    time.Duration // shortest enabled timeout: the first timer
-
-	// checked, if set, is called after each expiry of a request's timer
-	// has been handled (tests).
-	checked func()
 }
 
 func newTimeoutHandler(next http.Handler, t timeouts, clk clock.WithDelayedExecution) *timeoutHandler {
@@ -160,9 +156,6 @@ type timeoutWriter struct {
 func (tw *timeoutWriter) fire() { go tw.check() }
 
 func (tw *timeoutWriter) check() {
-	if tw.h.checked != nil {
-		defer tw.h.checked()
-	}
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	if tw.finished {

@@ -138,7 +138,9 @@ func TestStreamIdleTimeoutAbortsStartedStream(t *testing.T) {
 	const idle = 2 * time.Second
 	write := make(chan string)
 	wrote := make(chan struct{})
-	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
+	clk := newNotifyClock()
+	armed := make(chan time.Duration, 16)
+	clk.onAfterFunc = func(d time.Duration) { armed <- d }
 	h := newTimeoutHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
@@ -153,9 +155,7 @@ func TestStreamIdleTimeoutAbortsStartedStream(t *testing.T) {
 				panic(http.ErrAbortHandler)
 			}
 		}
-	}), timeouts{Request: time.Hour, StreamIdle: idle}, fc)
-	checked := make(chan struct{})
-	h.checked = func() { checked <- struct{}{} }
+	}), timeouts{Request: time.Hour, StreamIdle: idle}, clk)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
@@ -164,6 +164,9 @@ func TestStreamIdleTimeoutAbortsStartedStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
+	if d := recv(t, armed, "the request's timer"); d != idle {
+		t.Fatalf("first timer armed for %v, want the idle timeout %v", d, idle)
+	}
 	br := bufio.NewReader(res.Body)
 	send := func(chunk string) {
 		t.Helper()
@@ -174,35 +177,47 @@ func TestStreamIdleTimeoutAbortsStartedStream(t *testing.T) {
 			t.Fatalf("read %q, %v; want %q", buf, err, chunk)
 		}
 	}
-	// step moves the clock; expiring says whether the request's timer
-	// expires on the way, in which case the step waits for it to be handled.
-	step := func(d time.Duration, expiring bool) {
-		fc.Step(d)
-		if expiring {
-			<-checked
+	// step moves the clock by d. If the request's timer expires on the way
+	// and finds the deadline moved, the handler arms it again for rearm:
+	// the step waits for that, so the next step reaches the new timer.
+	step := func(d, rearm time.Duration) {
+		t.Helper()
+		clk.Step(d)
+		if rearm == 0 {
+			return
+		}
+		if got := recv(t, armed, "the timer armed again"); got != rearm {
+			t.Fatalf("timer armed again for %v, want %v", got, rearm)
 		}
 	}
 
 	// Writes less than idle apart keep the stream alive well past idle:
 	// the timer, armed for 2s, finds the deadline moved each time.
-	send("a")                          // t=0
-	step(1500*time.Millisecond, false) // t=1.5
-	send("b")                          // idle until 3.5
-	step(500*time.Millisecond, true)   // t=2: re-armed for 3.5
-	send("c")                          // idle until 4
-	step(1500*time.Millisecond, true)  // t=3.5: re-armed for 4
-	send("d")                          // idle until 5.5
-	step(500*time.Millisecond, true)   // t=4: re-armed for 5.5
-	step(1499*time.Millisecond, false) // t=5.499: still alive
-	send("e")                          // idle until 7.499
-	step(time.Millisecond, true)       // t=5.5: re-armed for 7.499
-	// Then a silence of idle: the stream is cut, not ended cleanly.
-	step(idle-time.Millisecond, true)
+	send("a")                                         // t=0
+	step(1500*time.Millisecond, 0)                    // t=1.5
+	send("b")                                         // idle until 3.5
+	step(500*time.Millisecond, 1500*time.Millisecond) // t=2: re-armed for 3.5
+	send("c")                                         // idle until 4
+	step(1500*time.Millisecond, 500*time.Millisecond) // t=3.5: re-armed for 4
+	send("d")                                         // idle until 5.5
+	step(500*time.Millisecond, 1500*time.Millisecond) // t=4: re-armed for 5.5
+	step(1499*time.Millisecond, 0)                    // t=5.499: still alive
+	send("e")                                         // idle until 7.499
+	step(time.Millisecond, 1999*time.Millisecond)     // t=5.5: re-armed for 7.499
+	// Then a silence of idle: the stream is cut, not ended cleanly, and
+	// no timer is armed again.
+	step(idle-time.Millisecond, 0)
 	if rest, err := io.ReadAll(br); err == nil {
 		t.Fatalf("stream ended cleanly after %q; want it aborted", rest)
 	}
 	if res.StatusCode != http.StatusOK {
 		t.Errorf("status %d, want the app's 200", res.StatusCode)
+	}
+	srv.Close() // waits for the handler to return
+	select {
+	case d := <-armed:
+		t.Errorf("timer armed again for %v after the stream was cut", d)
+	default:
 	}
 }
 

@@ -136,7 +136,7 @@ func isToken(s string) bool {
 
 // parsedLoad is what parseLoad makes of the command line.
 type parsedLoad struct {
-	opts     loadgen.Options
+	opts     loadgen.Config
 	output   string
 	progress bool
 }
@@ -259,7 +259,7 @@ func parseLoad(ctx context.Context, args []string) (parsedLoad, error) {
 			}
 		}
 	}
-	o := loadgen.Options{
+	o := loadgen.Config{
 		URL:               target,
 		Duration:          f.duration,
 		Requests:          f.requests,

@@ -226,14 +226,14 @@ func TestLocalScaleDownLosesNothing(t *testing.T) {
 		err  error
 	}
 	done := make(chan outcome, 2)
-	run := func(name string, o loadgen.Options) {
+	run := func(name string, o loadgen.Config) {
 		res, err := loadgen.Run(context.Background(), o)
 		done <- outcome{name, res, err}
 	}
 	// Light: 10 requests a second of 20 ms for the whole test. Heavy: 6
 	// workers back to back on 200 ms requests, 3 replicas' worth, for 10 s.
-	go run("light", loadgen.Options{URL: r.url + "/?sleep=20ms", Rate: 10, Duration: 40 * time.Second})
-	go run("heavy", loadgen.Options{URL: r.url + "/?sleep=200ms", Workers: 6, Duration: 10 * time.Second})
+	go run("light", loadgen.Config{URL: r.url + "/?sleep=20ms", Rate: 10, Duration: 40 * time.Second})
+	go run("heavy", loadgen.Config{URL: r.url + "/?sleep=200ms", Workers: 6, Duration: 10 * time.Second})
 	proctest.Eventually(t, e2eWait, func() bool { return r.status(t).Ready == 3 }, "the heavy phase did not scale to 3")
 	proctest.Eventually(t, e2eWait, func() bool {
 		st := r.status(t)

@@ -98,11 +98,6 @@ type Manager struct {
 	log         *zap.Logger
 
 	cur atomic.Pointer[loaded]
-
-	// reconciled, if set, is called after each check Run makes, once the
-	// timer for the next one is set, with what caused the check: "start",
-	// "change" or "timer" (tests).
-	reconciled func(cause string, err error)
 }
 
 // loaded is what the Manager serves.
@@ -229,7 +224,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 
-	failures, cause := 0, "start"
+	failures := 0
 	for {
 		err := m.reconcile(ctx)
 		wait := CheckInterval
@@ -244,18 +239,13 @@ func (m *Manager) Run(ctx context.Context) error {
 			failures = 0
 		}
 		t := timers.NewTimer(wait)
-		if m.reconciled != nil {
-			m.reconciled(cause, err)
-		}
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C():
-			cause = "timer"
 		case <-kick:
 			t.Stop()
-			cause = "change"
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/cert"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/kube"
@@ -744,40 +745,84 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
+// runClock is the fake clock, telling TestRun of each timer Run arms (after
+// each check, for the next) and each it stops (when a change comes before
+// the timer, or ctx ends).
+type runClock struct {
+	*clocktesting.FakeClock
+	events chan timerEvent
+}
+
+// timerEvent is a timer armed for wait, or one stopped.
+type timerEvent struct {
+	wait    time.Duration
+	stopped bool
+}
+
+func (c *runClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.events <- timerEvent{wait: d}
+	return stopReporter{Timer: t, events: c.events}
+}
+
+type stopReporter struct {
+	clock.Timer
+	events chan<- timerEvent
+}
+
+func (t stopReporter) Stop() bool {
+	t.events <- timerEvent{stopped: true}
+	return t.Timer.Stop()
+}
+
 // TestRun drives Run through the informers and the fake clock: it loads the
 // certificate, patches an emptied bundle again, checks every CheckInterval,
 // and returns when its context ends.
 func TestRun(t *testing.T) {
 	f := newFixture(t)
-	m := f.manager(t)
-	type check struct {
-		cause string
-		err   error
-	}
-	checks := make(chan check, 100)
-	m.reconciled = func(cause string, err error) { checks <- check{cause, err} }
+	clk := &runClock{FakeClock: f.clock, events: make(chan timerEvent, 100)}
+	m := f.manager(t, func(c *Config) { c.Clock = clk })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // ends Run if the test fails early
 	done := make(chan error, 1)
 	go func() { done <- m.Run(ctx) }()
 
-	// next waits for Run's next check; a check that never comes fails the
-	// test instead of hanging it.
-	next := func() check {
+	// next waits for Run's next check, which ends by arming the timer for
+	// the one after, and returns what caused it: the start, a change (Run
+	// stopped the timer before it fired) or the timer. A check that failed
+	// (the timer is a backoff) fails the test, and one that never comes
+	// fails it instead of hanging it.
+	started, stopped := false, false
+	next := func() string {
 		t.Helper()
-		select {
-		case c := <-checks:
-			if c.err != nil {
-				t.Fatalf("check (%s): %v", c.cause, c.err)
+		for {
+			select {
+			case ev := <-clk.events:
+				if ev.stopped {
+					stopped = true
+					continue
+				}
+				cause := "timer"
+				switch {
+				case !started:
+					cause = "start"
+				case stopped:
+					cause = "change"
+				}
+				started, stopped = true, false
+				if ev.wait != CheckInterval {
+					t.Fatalf("check (%s) failed, retried in %v: %v", cause, ev.wait,
+						f.logs.FilterMessage("webhook certificate check failed; retrying").All())
+				}
+				return cause
+			case <-time.After(10 * time.Second):
+				t.Fatal("no check from Run")
+				return ""
 			}
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatal("no check from Run")
-			return check{}
 		}
 	}
-	if c := next(); c.cause != "start" || !m.Ready() {
-		t.Fatalf("first check %q, ready %v", c.cause, m.Ready())
+	if c := next(); c != "start" || !m.Ready() {
+		t.Fatalf("first check %q, ready %v", c, m.Ready())
 	}
 
 	ctxBG := context.Background()
@@ -800,7 +845,7 @@ func TestRun(t *testing.T) {
 			t.Fatal("no check on the timer after stepping the clock 20 times")
 		}
 		f.clock.Step(CheckInterval)
-		if next().cause == "timer" {
+		if next() == "timer" {
 			break
 		}
 	}

@@ -25,8 +25,8 @@ var ErrQueueFull = errors.New("breaker: queue full")
 // capacity lives in 31 bits of the Breaker's atomic state word).
 const MaxCapacity = 1<<31 - 1
 
-// Params configures a Breaker.
-type Params struct {
+// Config configures a Breaker.
+type Config struct {
 	// Capacity is how many holders may hold a slot at once. Zero admits
 	// nobody (requests queue until capacity is raised).
 	Capacity int
@@ -98,7 +98,7 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{ch: make(chan struct
 
 // New returns a Breaker. It returns an error for negative values or values
 // above MaxCapacity.
-func New(p Params) (*Breaker, error) {
+func New(p Config) (*Breaker, error) {
 	if p.Capacity < 0 || p.Capacity > MaxCapacity {
 		return nil, fmt.Errorf("breaker: capacity %d out of range: want 0..%d", p.Capacity, MaxCapacity)
 	}

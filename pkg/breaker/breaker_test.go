@@ -12,7 +12,7 @@ import (
 
 func mustNew(t testing.TB, capacity, depth int) *Breaker {
 	t.Helper()
-	b, err := New(Params{Capacity: capacity, QueueDepth: depth})
+	b, err := New(Config{Capacity: capacity, QueueDepth: depth})
 	if err != nil {
 		t.Fatalf("New(%d, %d): %v", capacity, depth, err)
 	}
@@ -69,16 +69,16 @@ func expectPending(t *testing.T, ch <-chan error, what string) {
 func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		p       Params
+		p       Config
 		wantErr bool
 	}{
-		{"zero", Params{}, false},
-		{"typical", Params{Capacity: 10, QueueDepth: 100}, false},
-		{"max", Params{Capacity: MaxCapacity, QueueDepth: MaxCapacity}, false},
-		{"negative capacity", Params{Capacity: -1, QueueDepth: 1}, true},
-		{"negative depth", Params{Capacity: 1, QueueDepth: -1}, true},
-		{"capacity too large", Params{Capacity: MaxCapacity + 1}, true},
-		{"depth too large", Params{QueueDepth: MaxCapacity + 1}, true},
+		{"zero", Config{}, false},
+		{"typical", Config{Capacity: 10, QueueDepth: 100}, false},
+		{"max", Config{Capacity: MaxCapacity, QueueDepth: MaxCapacity}, false},
+		{"negative capacity", Config{Capacity: -1, QueueDepth: 1}, true},
+		{"negative depth", Config{Capacity: 1, QueueDepth: -1}, true},
+		{"capacity too large", Config{Capacity: MaxCapacity + 1}, true},
+		{"depth too large", Config{QueueDepth: MaxCapacity + 1}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := New(tc.p)

@@ -29,9 +29,6 @@ type Drainer struct {
 	once     sync.Once
 	done     chan struct{}
 	timedOut atomic.Bool
-
-	// polled, if set, is called after each look at the counters (tests).
-	polled func()
 }
 
 // New returns a Drainer whose drains end after quiet with nothing in
@@ -42,11 +39,6 @@ func New(clk clock.WithTicker, quiet, timeout time.Duration) *Drainer {
 
 // Handler counts the requests it passes to next.
 func (d *Drainer) Handler(next http.Handler) http.Handler { return &tracked{next: next, d: d} }
-
-// SetPollHook sets a function called after each look at the counters, so
-// tests driving a fake clock know when a look has happened. Call it before
-// Start.
-func (d *Drainer) SetPollHook(f func()) { d.polled = f }
 
 type tracked struct {
 	next http.Handler
@@ -98,17 +90,15 @@ func (d *Drainer) Wait(ctx context.Context) error {
 	}
 }
 
+// watch looks at the counters at every tick of t until the drain ends. It
+// takes t.C() at each wait rather than ranging over it once, so a test's
+// clock sees every wait for the next look.
 func (d *Drainer) watch(s *drainState, t clock.Ticker) {
 	defer t.Stop()
-	for now := range t.C() {
-		end, timedOut := s.observe(now, d.inFlight.Load(), d.arrivals.Load())
-		if end {
+	for {
+		now := <-t.C()
+		if end, timedOut := s.observe(now, d.inFlight.Load(), d.arrivals.Load()); end {
 			d.finish(timedOut)
-		}
-		if d.polled != nil {
-			d.polled()
-		}
-		if end {
 			return
 		}
 	}

@@ -6,8 +6,67 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 )
+
+// waitFor bounds every wait on the drain's goroutine, so a broken test fails
+// instead of hanging.
+const waitFor = 10 * time.Second
+
+// notifyClock is the fake clock, signalling on waits each time the drain
+// takes its ticker's channel to wait for the next tick: the drain has
+// started or finished a look at the counters, and the next step of the
+// clock reaches it.
+type notifyClock struct {
+	*testclock.FakeClock
+	waits chan struct{}
+}
+
+func newNotifyClock() *notifyClock {
+	return &notifyClock{FakeClock: testclock.NewFakeClock(time.Unix(1_700_000_000, 0)), waits: make(chan struct{})}
+}
+
+func (c *notifyClock) NewTicker(d time.Duration) clock.Ticker {
+	return notifyTicker{Ticker: c.FakeClock.NewTicker(d), waits: c.waits}
+}
+
+type notifyTicker struct {
+	clock.Ticker
+	waits chan<- struct{}
+}
+
+func (t notifyTicker) C() <-chan time.Time {
+	t.waits <- struct{}{}
+	return t.Ticker.C()
+}
+
+// look steps the clock by by and waits until d has looked at the counters;
+// it reports whether the drain ended there rather than waiting for its
+// next look.
+func look(t *testing.T, c *notifyClock, d *Drainer, by time.Duration) (ended bool) {
+	t.Helper()
+	c.Step(by)
+	select {
+	case <-c.waits:
+		return false
+	case <-d.Done():
+		return true
+	case <-time.After(waitFor):
+		t.Fatal("the drain neither looked again nor ended")
+		return false
+	}
+}
+
+// started waits until the drain started by Start waits for its first look.
+func started(t *testing.T, c *notifyClock) {
+	t.Helper()
+	select {
+	case <-c.waits:
+	case <-time.After(waitFor):
+		t.Fatal("the drain never waited for its first look")
+	}
+}
 
 func TestDrainState(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
@@ -65,23 +124,8 @@ func TestDrainState(t *testing.T) {
 
 func TestDrainer(t *testing.T) {
 	const quiet = time.Second
-	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	d := New(fc, quiet, 10*time.Second)
-	polled := make(chan struct{})
-	d.polled = func() { polled <- struct{}{} }
-	step := func(by time.Duration) {
-		t.Helper()
-		fc.Step(by)
-		<-polled
-	}
-	done := func() bool {
-		select {
-		case <-d.Done():
-			return true
-		default:
-			return false
-		}
-	}
+	clk := newNotifyClock()
+	d := New(clk, quiet, 10*time.Second)
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	h := &tracked{d: d, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -107,30 +151,32 @@ func TestDrainer(t *testing.T) {
 	if !d.Draining() {
 		t.Fatal("not draining after Start")
 	}
+	started(t, clk)
 	poll := PollPeriod(quiet)
 	for elapsed := time.Duration(0); elapsed < 3*quiet; elapsed += poll {
-		step(poll)
-	}
-	if done() {
-		t.Fatal("drain ended with a request in flight")
+		if look(t, clk, d, poll) {
+			t.Fatal("drain ended with a request in flight")
+		}
 	}
 	release <- struct{}{}
 	<-inFlight
 
 	// A request arriving during the drain is served and restarts the quiet period.
-	step(quiet / 2)
+	if look(t, clk, d, quiet/2) {
+		t.Fatal("drain ended half a quiet period after the last request")
+	}
 	late := serve()
 	release <- struct{}{}
 	<-late
-	step(poll) // the drain sees it here
+	if look(t, clk, d, poll) { // the drain sees it here
+		t.Fatal("drain ended at the look that saw a request")
+	}
 	for quietFor := poll; quietFor < quiet; quietFor += poll {
-		step(poll)
-		if done() {
+		if look(t, clk, d, poll) {
 			t.Fatalf("drain ended %v after it last saw a request, before the quiet period", quietFor)
 		}
 	}
-	step(poll)
-	if !done() {
+	if !look(t, clk, d, poll) {
 		t.Fatal("drain still running a quiet period after the last request")
 	}
 	if d.TimedOut() {
@@ -139,24 +185,19 @@ func TestDrainer(t *testing.T) {
 }
 
 func TestDrainerTimeout(t *testing.T) {
-	fc := testclock.NewFakeClock(time.Unix(1_700_000_000, 0))
-	d := New(fc, time.Second, 5*time.Second)
-	polled := make(chan struct{})
-	d.polled = func() { polled <- struct{}{} }
+	clk := newNotifyClock()
+	d := New(clk, time.Second, 5*time.Second)
 	d.inFlight.Add(1) // a request that never ends
 	d.Start()
+	started(t, clk)
 	for range 49 {
-		fc.Step(100 * time.Millisecond)
-		<-polled
+		if look(t, clk, d, 100*time.Millisecond) {
+			t.Fatal("ended before the timeout")
+		}
 	}
-	select {
-	case <-d.Done():
-		t.Fatal("ended before the timeout")
-	default:
+	if !look(t, clk, d, 100*time.Millisecond) {
+		t.Fatal("still draining at the timeout")
 	}
-	fc.Step(100 * time.Millisecond)
-	<-polled
-	<-d.Done()
 	if !d.TimedOut() {
 		t.Error("TimedOut = false at the drain timeout")
 	}

@@ -26,7 +26,7 @@ import (
 // Mode is how requests are paced.
 type Mode string
 
-// Modes, chosen by which of Options.Rate, Options.Trace and Options.Workers
+// Modes, chosen by which of Config.Rate, Config.Trace and Config.Workers
 // is set.
 const (
 	// ModeRate is an open loop at a fixed rate.
@@ -39,21 +39,21 @@ const (
 )
 
 // SleepParam is the query parameter that carries a request's service time
-// when Options.ServiceTime is set; the example app (cmd/hello) sleeps
+// when Config.ServiceTime is set; the example app (cmd/hello) sleeps
 // for it before answering.
 const SleepParam = "sleep"
 
-// Defaults for zero-valued Options fields.
+// Defaults for zero-valued Config fields.
 const (
 	DefaultTimeout          = 30 * time.Second
 	DefaultConnections      = 10000
 	DefaultProgressInterval = time.Second
 )
 
-// Options describe a load run. Exactly one of Rate, Trace and Workers must
+// Config describes a load run. Exactly one of Rate, Trace and Workers must
 // be set; it picks the Mode. The zero value of every other field is a usable
 // default.
-type Options struct {
+type Config struct {
 	// URL is the target, http:// or https://.
 	URL string
 	// Method is the request method; empty means GET.
@@ -117,7 +117,7 @@ type Options struct {
 	ProgressOverwrite bool
 }
 
-// plan is what Options ask to send.
+// plan is what a Config asks to send.
 type plan struct {
 	mode  Mode
 	pacer vegeta.Pacer
@@ -125,7 +125,7 @@ type plan struct {
 	// closed loop bounded by time only.
 	planned    uint64
 	targetRate float64
-	// sleeps holds each hit's service time, when Options.ServiceTime is set.
+	// sleeps holds each hit's service time, when Config.ServiceTime is set.
 	sleeps  []time.Duration
 	workers uint64
 }
@@ -134,7 +134,7 @@ type plan struct {
 const maxRate = 1e6
 
 // plan validates o and derives what to send.
-func (o Options) plan() (plan, error) {
+func (o Config) plan() (plan, error) {
 	modes := 0
 	if o.Rate != 0 {
 		modes++
@@ -205,7 +205,7 @@ func (o Options) plan() (plan, error) {
 	}
 }
 
-func (o Options) planTrace() (plan, error) {
+func (o Config) planTrace() (plan, error) {
 	speed := o.Speed
 	if speed == 0 {
 		speed = 1
@@ -300,7 +300,7 @@ func checkLoopback(ctx context.Context, host string, lookup func(context.Context
 }
 
 // newClient builds the HTTP client the attacker uses.
-func (o Options) newClient() *http.Client {
+func (o Config) newClient() *http.Client {
 	// No dial or handshake timeouts of their own: the client's Timeout
 	// covers the whole request, connecting included.
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
@@ -325,7 +325,7 @@ func (o Options) newClient() *http.Client {
 // first, Run stops sending, waits for the requests in flight and returns
 // what it saw with Result.Interrupted set; an error means the options were
 // invalid and nothing was sent.
-func Run(ctx context.Context, o Options) (Result, error) {
+func Run(ctx context.Context, o Config) (Result, error) {
 	if o.Method == "" {
 		o.Method = http.MethodGet
 	}
@@ -379,7 +379,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 
 // generator is one run in progress.
 type generator struct {
-	opts Options
+	opts Config
 	plan plan
 	url  string
 	// sep joins the sleep parameter to url.

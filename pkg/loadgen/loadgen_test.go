@@ -52,7 +52,7 @@ func serve(t *testing.T, h http.Handler) string {
 	return srv.URL
 }
 
-func run(t *testing.T, o Options) Result {
+func run(t *testing.T, o Config) Result {
 	t.Helper()
 	res, err := Run(context.Background(), o)
 	if err != nil {
@@ -63,7 +63,7 @@ func run(t *testing.T, o Options) Result {
 
 func TestFixedRateSendsExactlyRateTimesDuration(t *testing.T) {
 	c := &counter{}
-	res := run(t, Options{URL: serve(t, c), Rate: 200, Duration: 500 * ms})
+	res := run(t, Config{URL: serve(t, c), Rate: 200, Duration: 500 * ms})
 	if got := c.hits.Load(); got != 100 {
 		t.Errorf("server saw %d requests, want 200/s × 0.5s = 100", got)
 	}
@@ -85,7 +85,7 @@ func TestFixedRateSendsExactlyRateTimesDuration(t *testing.T) {
 
 func TestFixedRateRequests(t *testing.T) {
 	c := &counter{}
-	res := run(t, Options{URL: serve(t, c), Rate: 1000, Requests: 50})
+	res := run(t, Config{URL: serve(t, c), Rate: 1000, Requests: 50})
 	if c.hits.Load() != 50 || res.Requests != 50 {
 		t.Errorf("server saw %d, result %d; want 50", c.hits.Load(), res.Requests)
 	}
@@ -126,7 +126,7 @@ func TestClosedLoopKeepsWorkersInFlight(t *testing.T) {
 	}}
 	// The timeout only bounds a broken run: with fewer than 4 requests in
 	// flight the barrier never opens.
-	res := run(t, Options{URL: serve(t, c), Workers: workers, Requests: 3 * workers, Timeout: 5 * time.Second})
+	res := run(t, Config{URL: serve(t, c), Workers: workers, Requests: 3 * workers, Timeout: 5 * time.Second})
 	if got := c.maxInflight.Load(); got != workers {
 		t.Errorf("server held at most %d requests at once, want exactly %d", got, workers)
 	}
@@ -140,7 +140,7 @@ func TestClosedLoopKeepsWorkersInFlight(t *testing.T) {
 
 func TestClosedLoopDuration(t *testing.T) {
 	c := &counter{}
-	res := run(t, Options{URL: serve(t, c), Workers: 2, Duration: 100 * ms})
+	res := run(t, Config{URL: serve(t, c), Workers: 2, Duration: 100 * ms})
 	if c.maxInflight.Load() > 2 {
 		t.Errorf("server held %d at once with 2 workers", c.maxInflight.Load())
 	}
@@ -168,7 +168,7 @@ func TestTraceReplayCarriesServiceTime(t *testing.T) {
 		{Arrival: 80 * ms, ServiceTime: 5 * ms},
 		{Arrival: 10 * time.Second},
 	}
-	res := run(t, Options{URL: serve(t, c) + "/?x=1", Trace: recs, Speed: 2, Duration: 45 * ms, ServiceTime: true})
+	res := run(t, Config{URL: serve(t, c) + "/?x=1", Trace: recs, Speed: 2, Duration: 45 * ms, ServiceTime: true})
 	sort.Strings(sleeps)
 	want := []string{"1500us", "1ms", "2ms", "4ms", "5ms"}
 	if strings.Join(sleeps, " ") != strings.Join(want, " ") {
@@ -194,7 +194,7 @@ func TestStatusCodesAndErrorsGrouped(t *testing.T) {
 	}}
 	url := serve(t, c)
 	var progress bytes.Buffer
-	res := run(t, Options{URL: url, Workers: 1, Requests: 6, Timeout: 300 * ms, Progress: &progress, ProgressInterval: time.Hour})
+	res := run(t, Config{URL: url, Workers: 1, Requests: 6, Timeout: 300 * ms, Progress: &progress, ProgressInterval: time.Hour})
 	if !strings.Contains(progress.String(), "errors 4") {
 		t.Errorf("progress %q: want 4 errors counted", progress.String())
 	}
@@ -243,7 +243,7 @@ func TestRequestShape(t *testing.T) {
 	h := http.Header{}
 	h.Set("Host", "hello.default")
 	h.Set("X-Test", "yes")
-	res := run(t, Options{URL: serve(t, c), Method: "POST", Header: h, Body: []byte("abc"), Rate: 100, Requests: 3})
+	res := run(t, Config{URL: serve(t, c), Method: "POST", Header: h, Body: []byte("abc"), Rate: 100, Requests: 3})
 	close(got)
 	n := 0
 	for s := range got {
@@ -267,21 +267,21 @@ func TestHTTP2PriorKnowledge(t *testing.T) {
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	run(t, Options{URL: srv.URL, HTTP2: true, Workers: 1, Requests: 2})
+	run(t, Config{URL: srv.URL, HTTP2: true, Workers: 1, Requests: 2})
 	close(protos)
 	for p := range protos {
 		if p != "HTTP/2.0" {
 			t.Errorf("server saw %s, want HTTP/2.0", p)
 		}
 	}
-	if _, err := Run(context.Background(), Options{URL: "https://127.0.0.1/", HTTP2: true, Workers: 1, Requests: 1}); err == nil {
+	if _, err := Run(context.Background(), Config{URL: "https://127.0.0.1/", HTTP2: true, Workers: 1, Requests: 1}); err == nil {
 		t.Error("h2c to an https URL was accepted")
 	}
 }
 
 func TestRefusesRemoteTargets(t *testing.T) {
 	for _, u := range []string{"http://10.1.2.3:8080/", "http://[2001:db8::1]/"} {
-		_, err := Run(context.Background(), Options{URL: u, Rate: 1, Requests: 1})
+		_, err := Run(context.Background(), Config{URL: u, Rate: 1, Requests: 1})
 		if !errors.Is(err, ErrRemoteTarget) || !strings.Contains(err.Error(), "AllowRemote") {
 			t.Errorf("%s: error %v, want ErrRemoteTarget naming AllowRemote", u, err)
 		}
@@ -329,7 +329,7 @@ func TestInterruptStopsPromptly(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		res, err = Run(ctx, Options{URL: serve(t, c), Trace: recs})
+		res, err = Run(ctx, Config{URL: serve(t, c), Trace: recs})
 	}()
 	select {
 	case <-done:
@@ -346,7 +346,7 @@ func TestInterruptStopsPromptly(t *testing.T) {
 
 func TestProgress(t *testing.T) {
 	var buf bytes.Buffer
-	run(t, Options{URL: serve(t, &counter{}), Rate: 1000, Requests: 5, Progress: &buf, ProgressInterval: time.Hour})
+	run(t, Config{URL: serve(t, &counter{}), Rate: 1000, Requests: 5, Progress: &buf, ProgressInterval: time.Hour})
 	// However short the run, the last line is written at the end.
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	last := lines[len(lines)-1]
@@ -355,7 +355,7 @@ func TestProgress(t *testing.T) {
 	}
 
 	buf.Reset()
-	run(t, Options{URL: serve(t, &counter{}), Rate: 1000, Requests: 1, Progress: &buf, ProgressOverwrite: true})
+	run(t, Config{URL: serve(t, &counter{}), Rate: 1000, Requests: 1, Progress: &buf, ProgressOverwrite: true})
 	if s := buf.String(); !strings.HasPrefix(s, "\r") || !strings.HasSuffix(s, "\x1b[K\n") {
 		t.Errorf("overwritten progress %q: want a carriage return first, erase and newline last", s)
 	}

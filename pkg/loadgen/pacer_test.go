@@ -131,7 +131,7 @@ func TestPlanRate(t *testing.T) {
 		{10, time.Second, 50, 10},
 	}
 	for _, tt := range tests {
-		p, err := Options{Rate: tt.rate, Duration: tt.duration, Requests: tt.requests}.plan()
+		p, err := Config{Rate: tt.rate, Duration: tt.duration, Requests: tt.requests}.plan()
 		if err != nil {
 			t.Errorf("rate %g duration %s requests %d: %v", tt.rate, tt.duration, tt.requests, err)
 			continue
@@ -156,7 +156,7 @@ func TestPlanTrace(t *testing.T) {
 		{Line: 4, Arrival: 40 * ms, ServiceTime: 3 * ms},
 		{Line: 5, Arrival: 60 * ms, ServiceTime: 4 * ms},
 	}
-	p, err := Options{Trace: recs, Speed: 2, ServiceTime: true}.plan()
+	p, err := Config{Trace: recs, Speed: 2, ServiceTime: true}.plan()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,10 +171,10 @@ func TestPlanTrace(t *testing.T) {
 	}
 
 	// Duration cuts at the scaled time; Requests at the count.
-	if p, _ := (Options{Trace: recs, Speed: 2, Duration: 20 * ms}).plan(); p.planned != 2 || p.sleeps != nil {
+	if p, _ := (Config{Trace: recs, Speed: 2, Duration: 20 * ms}).plan(); p.planned != 2 || p.sleeps != nil {
 		t.Errorf("duration 20ms at speed 2: planned %d, sleeps %v; want 2 and none", p.planned, p.sleeps)
 	}
-	if p, _ := (Options{Trace: recs, Requests: 3}).plan(); p.planned != 3 {
+	if p, _ := (Config{Trace: recs, Requests: 3}).plan(); p.planned != 3 {
 		t.Errorf("3 requests: planned %d", p.planned)
 	}
 }
@@ -183,22 +183,22 @@ func TestPlanInvalid(t *testing.T) {
 	recs := []trace.Record{{Arrival: time.Second}}
 	tests := []struct {
 		name     string
-		o        Options
+		o        Config
 		contains string
 	}{
-		{"no mode", Options{Duration: time.Second}, "exactly one"},
-		{"two modes", Options{Rate: 1, Workers: 1, Duration: time.Second}, "exactly one"},
-		{"unbounded rate", Options{Rate: 10}, "needs a Duration"},
-		{"unbounded closed", Options{Workers: 2}, "needs a Duration"},
-		{"negative rate", Options{Rate: -1, Requests: 1}, "Rate -1"},
-		{"huge rate", Options{Rate: 1e9, Requests: 1}, "Rate 1e+09"},
-		{"no request due", Options{Rate: 0.5, Duration: time.Second}, "plans no request"},
-		{"negative workers", Options{Workers: -3, Requests: 1}, "Workers -3"},
-		{"speed without trace", Options{Rate: 1, Requests: 1, Speed: 2}, "Speed"},
-		{"service time without trace", Options{Rate: 1, Requests: 1, ServiceTime: true}, "ServiceTime"},
-		{"bad speed", Options{Trace: recs, Speed: -1}, "Speed -1"},
-		{"empty cut", Options{Trace: recs, Duration: time.Millisecond}, "plans no request"},
-		{"out of order", Options{Trace: []trace.Record{{Arrival: 2}, {Line: 9, Arrival: 1}}}, "line 9"},
+		{"no mode", Config{Duration: time.Second}, "exactly one"},
+		{"two modes", Config{Rate: 1, Workers: 1, Duration: time.Second}, "exactly one"},
+		{"unbounded rate", Config{Rate: 10}, "needs a Duration"},
+		{"unbounded closed", Config{Workers: 2}, "needs a Duration"},
+		{"negative rate", Config{Rate: -1, Requests: 1}, "Rate -1"},
+		{"huge rate", Config{Rate: 1e9, Requests: 1}, "Rate 1e+09"},
+		{"no request due", Config{Rate: 0.5, Duration: time.Second}, "plans no request"},
+		{"negative workers", Config{Workers: -3, Requests: 1}, "Workers -3"},
+		{"speed without trace", Config{Rate: 1, Requests: 1, Speed: 2}, "Speed"},
+		{"service time without trace", Config{Rate: 1, Requests: 1, ServiceTime: true}, "ServiceTime"},
+		{"bad speed", Config{Trace: recs, Speed: -1}, "Speed -1"},
+		{"empty cut", Config{Trace: recs, Duration: time.Millisecond}, "plans no request"},
+		{"out of order", Config{Trace: []trace.Record{{Arrival: 2}, {Line: 9, Arrival: 1}}}, "line 9"},
 	}
 	for _, tt := range tests {
 		_, err := tt.o.plan()
@@ -217,7 +217,7 @@ func BenchmarkTarget(b *testing.B) {
 			name = "sleep"
 		}
 		b.Run(name, func(b *testing.B) {
-			g := &generator{opts: Options{Method: "GET"}, url: "http://127.0.0.1:8080/", sep: "?"}
+			g := &generator{opts: Config{Method: "GET"}, url: "http://127.0.0.1:8080/", sep: "?"}
 			if withSleep {
 				g.plan.sleeps = make([]time.Duration, 1<<16)
 				for i := range g.plan.sleeps {

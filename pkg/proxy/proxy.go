@@ -29,8 +29,8 @@ func Chain(last http.Handler, stages ...func(http.Handler) http.Handler) http.Ha
 	return h
 }
 
-// TransportOptions tunes NewTransport for its upstreams.
-type TransportOptions struct {
+// TransportConfig tunes NewTransport for its upstreams.
+type TransportConfig struct {
 	// DialTimeout bounds a connection attempt.
 	DialTimeout time.Duration
 	// KeepAlive is the TCP keep-alive period; negative disables probes
@@ -50,7 +50,7 @@ type TransportOptions struct {
 // work): the upstream sees the protocol the client chose. It never uses a
 // proxy from the environment and never decompresses: the upstream's bytes
 // go out as they came.
-func NewTransport(o TransportOptions) http.RoundTripper {
+func NewTransport(o TransportConfig) http.RoundTripper {
 	dialer := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: o.KeepAlive}
 	h1 := &http.Transport{
 		Proxy:               nil,

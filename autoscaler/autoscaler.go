@@ -598,11 +598,9 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		if s == nil {
 			continue // removed while the round scraped
 		}
+		// What Status shows of it is copied at the next decision, under the
+		// lock the decision takes anyway.
 		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS})
-		last, _ := s.core.LastSample()
-		s.mu.Lock()
-		s.sample, s.sampled = last, true
-		s.mu.Unlock()
 	}
 }
 
@@ -680,6 +678,7 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 		s.n = min(s.n+1, len(s.history))
 	}
 	s.last, s.decided = e, true
+	s.sample, s.sampled = s.core.LastSample()
 	metric, perPod := s.spec.Metric, s.spec.TargetPerPod()
 	s.mu.Unlock()
 

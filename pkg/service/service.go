@@ -65,10 +65,16 @@ func New(namespace, name string) (Key, error) {
 // Check reports whether s, a string or the bytes of a wire frame, is a key
 // Parse accepts. It does not allocate unless s is invalid.
 func Check[T ~string | ~[]byte](s T) error {
-	if err := check(s); err != nil {
-		return fmt.Errorf("service key %q: %w; accepted: %s", s, err, Accepted)
+	err := check(s)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// Apart, so that the common case stays small enough to inline.
+	return checkError(string(s), err)
+}
+
+func checkError(s string, err error) error {
+	return fmt.Errorf("service key %q: %w; accepted: %s", s, err, Accepted)
 }
 
 func check[T ~string | ~[]byte](s T) error {

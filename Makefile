@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check staticcheck tidy-check unit bench clean swell-cluster e2e cluster-up cluster-down
+.PHONY: all build test vet fmt-check staticcheck tidy-check unit fuzz bench clean swell-cluster e2e cluster-up cluster-down
 
 all: build
 
@@ -14,8 +14,8 @@ build:
 	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
 
 ## test: everything that must pass — vet, formatting, static analysis,
-## tidy modules, race-enabled tests.
-test: vet fmt-check staticcheck tidy-check unit
+## tidy modules, race-enabled tests, and every fuzzer for a bounded time.
+test: vet fmt-check staticcheck tidy-check unit fuzz
 
 vet:
 	$(GO) vet ./...
@@ -26,6 +26,18 @@ fmt-check:
 
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+## fuzz: every fuzz target of the module for FUZZTIME each (its seed corpus
+## also runs in `unit`). A failing input is written under the package's
+## testdata/fuzz/, where the next `go test` replays it.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$target ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
 
 ## bench: the benchmark harness (docs/performance.md) and Go benchmarks.
 bench:

@@ -2,12 +2,14 @@
 // little spare capacity, until a pod can take them, and proxies them there.
 //
 // The request path is a chain of small handlers, assembled in chain.go:
-// routing (Host or the Swell-Service header → a service) → accounting (the
-// autoscaler's figures and Prometheus') → cold start (poke the autoscaler)
-// → retry on another pod → the service's throttler (a breaker whose
-// capacity follows the probed, routable pods; FIFO, bounded queue and wait)
-// → capacity-aware load balancing over the routable pods → a reverse proxy
-// to the pod's queue-proxy. docs/activator.md describes the behaviour.
+// routing (Host → a service) → the caller's authorization (on Kubernetes:
+// its pod's namespace) → accounting (the autoscaler's figures and
+// Prometheus') → cold start (poke the autoscaler) → retry on another pod →
+// the service's throttler (a breaker whose capacity follows the probed,
+// routable pods; FIFO, bounded queue and wait, bounded held requests and
+// per-caller share) → capacity-aware load balancing over the routable pods
+// → a reverse proxy to the pod's queue-proxy. docs/activator.md describes
+// the behaviour.
 package activator
 
 import (
@@ -50,6 +52,15 @@ type Config struct {
 	// QueueDepth is how many requests may wait per service; one more gets
 	// 503. DefaultQueueDepth if 0.
 	QueueDepth int
+	// CallerQueueDepth is how many of a service's waiting requests may
+	// come from one caller (by the address it connects from); one more
+	// gets 503, so that the others still find room. Half of QueueDepth,
+	// rounded up, if 0.
+	CallerQueueDepth int
+	// MaxHeld is how many requests may wait across all services; one more
+	// gets 503. It bounds the memory held requests take. DefaultMaxHeld if
+	// 0.
+	MaxHeld int
 	// QueueTimeout bounds how long a request waits for a pod before a
 	// 504; set it to the request timeout. DefaultQueueTimeout if 0.
 	QueueTimeout time.Duration
@@ -64,6 +75,19 @@ type Config struct {
 	// path and must not block (a non-blocking channel send); the caller
 	// coalesces repeated pokes.
 	Poke func(key string)
+	// Callers, if set, tells the namespace of a caller by its address, and
+	// the activator then serves a request only for a caller its service
+	// admits: a pod of the service's own namespace, or one its
+	// Service.Callers admits (callers.go). Nil admits everyone: without
+	// Kubernetes (SERVICES_FILE, swell local) there are no namespaces.
+	Callers CallerDirectory
+	// CallersHint ends the body of a refused caller's 403: how to admit
+	// more callers.
+	CallersHint string
+	// CallerWait bounds how long a request from an address that is no
+	// known pod's waits for the Callers directory to learn of one (a pod
+	// that just started) before it is refused. DefaultCallerWait if 0.
+	CallerWait time.Duration
 	// Registerer receives the Prometheus metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Clock is the time source; the real clock if nil.
@@ -82,6 +106,7 @@ type Activator struct {
 	proxy       *httputil.ReverseProxy
 	probeClient *http.Client
 	handler     http.Handler // the chain (chain.go)
+	limits      *waitLimits
 
 	table atomic.Pointer[routeTable]
 	// tableChanged is closed and replaced on each table publish.
@@ -106,6 +131,18 @@ func New(cfg Config) (*Activator, error) {
 	if cfg.QueueDepth < 0 || cfg.QueueDepth > breaker.MaxCapacity {
 		return nil, fmt.Errorf("activator: queue depth %d out of range: want 1..%d", cfg.QueueDepth, breaker.MaxCapacity)
 	}
+	if cfg.CallerQueueDepth == 0 {
+		cfg.CallerQueueDepth = (cfg.QueueDepth + 1) / 2
+	}
+	if cfg.CallerQueueDepth < 0 || cfg.CallerQueueDepth > cfg.QueueDepth {
+		return nil, fmt.Errorf("activator: caller queue depth %d out of range: want 1..%d (the queue depth), or 0 for half of it", cfg.CallerQueueDepth, cfg.QueueDepth)
+	}
+	if cfg.MaxHeld == 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
+	if cfg.MaxHeld < 0 {
+		return nil, fmt.Errorf("activator: most held requests %d is negative: want at least 1, or 0 for %d", cfg.MaxHeld, DefaultMaxHeld)
+	}
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
@@ -117,6 +154,7 @@ func New(cfg Config) (*Activator, error) {
 		{&cfg.ProbeSlowInterval, DefaultProbeSlowInterval, "probe slow interval"},
 		{&cfg.ProbeTimeout, DefaultProbeTimeout, "probe timeout"},
 		{&cfg.DialTimeout, DefaultDialTimeout, "dial timeout"},
+		{&cfg.CallerWait, DefaultCallerWait, "caller wait"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -145,6 +183,7 @@ func New(cfg Config) (*Activator, error) {
 		metrics:     m,
 		proxy:       newProxy(cfg.Logger, cfg.DialTimeout),
 		probeClient: newProbeClient(),
+		limits:      newWaitLimits(cfg.MaxHeld, cfg.CallerQueueDepth),
 		synced:      make(chan struct{}),
 	}
 	a.table.Store(newRouteTable())
@@ -263,6 +302,10 @@ func (a *Activator) Queued(key service.Key) (int, bool) {
 	}
 	return t.br.Waiting(), true
 }
+
+// Held returns how many requests wait for a pod now, across all services
+// (bounded by Config.MaxHeld).
+func (a *Activator) Held() int { return int(a.limits.held.Load()) }
 
 // Routable returns how many pods of the service may take traffic now, and
 // whether the activator knows the service.

@@ -13,9 +13,13 @@ func (a *Activator) buildHandler() http.Handler {
 	bound := queueBound{clk: a.clk, timeout: a.cfg.QueueTimeout}
 	// Outermost first: each stage sees only what the ones above let through.
 	return proxy.Chain(a.proxy,
-		// Host or Swell-Service names the service; a request for none is
-		// answered 404 and goes no further.
+		// Host names the service (or, in the same process, WithService); a
+		// request for none is answered 404 and goes no further.
 		func(next http.Handler) http.Handler { return &router{next: next, table: &a.table} },
+		// On Kubernetes, only callers the service admits go on: before
+		// accounting, so that a refused caller neither counts as load
+		// nor wakes the service.
+		a.authorizeStage(),
 		// The autoscaler's load and Prometheus' counts see every request,
 		// the 503s and 504s below included; time queued counts.
 		func(next http.Handler) http.Handler { return &accounting{next: next, clk: a.clk} },
@@ -27,9 +31,20 @@ func (a *Activator) buildHandler() http.Handler {
 		func(next http.Handler) http.Handler { return &retry{next: next, clk: a.clk, bound: bound} },
 		// At most the routable pods' slots at once; the rest wait, FIFO,
 		// bounded in number and in time.
-		func(next http.Handler) http.Handler { return &throttle{next: next, bound: bound} },
+		func(next http.Handler) http.Handler { return &throttle{next: next, bound: bound, limits: a.limits} },
 		// An admitted request takes a free slot on one pod, by the
 		// service's policy.
 		func(next http.Handler) http.Handler { return &balance{next: next, clk: a.clk, metrics: a.metrics} },
 	)
+}
+
+// authorizeStage is the caller's authorization, or nil (no stage) when
+// the activator knows no caller's namespace.
+func (a *Activator) authorizeStage() func(http.Handler) http.Handler {
+	if a.cfg.Callers == nil {
+		return nil
+	}
+	return func(next http.Handler) http.Handler {
+		return &authorize{next: next, dir: a.cfg.Callers, clk: a.clk, wait: a.cfg.CallerWait, hint: a.cfg.CallersHint}
+	}
 }

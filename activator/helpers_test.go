@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -182,6 +183,10 @@ func newEnv(t testing.TB, src *MemorySource, mod func(*Config), before func(*Act
 			default:
 			}
 		}()
+		if c := r.Header.Get(testCallerHeader); c != "" {
+			r.RemoteAddr = c
+			r.Header.Del(testCallerHeader)
+		}
 		a.ServeHTTP(w, r)
 	}))
 	t.Cleanup(func() {
@@ -193,6 +198,29 @@ func newEnv(t testing.TB, src *MemorySource, mod func(*Config), before func(*Act
 		<-done
 	})
 	return e
+}
+
+// testCallerHeader, on a request to a testEnv's server, is the address
+// the request comes from (clientFrom): the server sets RemoteAddr to it
+// before the activator sees the request, so that a test can be several
+// callers on any system (not all route the whole of 127.0.0.0/8).
+const testCallerHeader = "Test-Caller"
+
+// clientFrom returns a client whose requests to a testEnv's server come
+// from the address ip.
+func clientFrom(ip string) *http.Client {
+	return &http.Client{Transport: callerTransport{ip: net.JoinHostPort(ip, "40000"), rt: http.DefaultTransport}}
+}
+
+type callerTransport struct {
+	ip string
+	rt http.RoundTripper
+}
+
+func (c callerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(testCallerHeader, c.ip)
+	return c.rt.RoundTrip(r)
 }
 
 // waitRoutable waits until the service has n routable pods.

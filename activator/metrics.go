@@ -23,6 +23,7 @@ type metrics struct {
 	requests  *prometheus.CounterVec
 	queued    *prometheus.GaugeVec
 	inFlight  *prometheus.GaugeVec
+	refused   *prometheus.CounterVec
 	queueWait prometheus.Histogram
 	coldStart prometheus.Histogram
 }
@@ -32,6 +33,7 @@ type metrics struct {
 type serviceMetrics struct {
 	requests         [len(statusClasses)]prometheus.Counter
 	queued, inFlight prometheus.Gauge
+	refused          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -48,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "swell_activator_in_flight_requests",
 			Help: "Requests held by the activator (queued or proxied), by service.",
 		}, []string{"service"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swell_activator_refused_callers_total",
+			Help: "Requests refused 403 because their caller may not call the service, by service.",
+		}, []string{"service"}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swell_activator_queue_wait_seconds",
 			Help:    "Time requests waited in the activator before being sent to a pod.",
@@ -60,7 +66,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.queued, m.inFlight, m.queueWait, m.coldStart} {
+		for _, c := range []prometheus.Collector{m.requests, m.queued, m.inFlight, m.refused, m.queueWait, m.coldStart} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register activator metrics: %w", err)
 			}
@@ -76,6 +82,7 @@ func (m *metrics) forService(key string) serviceMetrics {
 	}
 	sm.queued = m.queued.WithLabelValues(key)
 	sm.inFlight = m.inFlight.WithLabelValues(key)
+	sm.refused = m.refused.WithLabelValues(key)
 	return sm
 }
 
@@ -84,6 +91,7 @@ func (m *metrics) deleteService(key string) {
 	m.requests.DeletePartialMatch(l)
 	m.queued.DeletePartialMatch(l)
 	m.inFlight.DeletePartialMatch(l)
+	m.refused.DeletePartialMatch(l)
 }
 
 func (sm *serviceMetrics) count(code int) { sm.requests[statusClassIndex(code)].Inc() }

@@ -47,6 +47,7 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 			// pr.Out.Host keeps the client's Host: the app sees the name it
 			// was called by.
 			proxy.SetForwarded(pr)
+			proxy.StripSwellHeaders(pr.Out.Header)
 			pr.Out.Header[network.ProxyHeader] = proxyActivator
 		},
 		Transport: transport,
@@ -118,7 +119,9 @@ func replayable(r *http.Request, e *exchange) bool {
 
 // Pre-built header values, so rejecting under overload does not allocate.
 var (
-	probeQueue     = []string{network.ProbeQueue}
-	proxyActivator = []string{network.ProxyActivator}
-	unknownService = []string{network.ReasonUnknownService}
+	probeQueue       = []string{network.ProbeQueue}
+	proxyActivator   = []string{network.ProxyActivator}
+	unknownService   = []string{network.ReasonUnknownService}
+	callerNotAllowed = []string{network.ReasonCallerNotAllowed}
+	queueFull        = []string{network.ReasonQueueFull}
 )

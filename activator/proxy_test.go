@@ -93,7 +93,7 @@ func TestProxyWebsocket(t *testing.T) {
 	e := newEnv(t, src, nil, nil)
 	e.waitRoutable(t, helloKey, 1)
 
-	hdr := http.Header{network.ServiceHeader: {"default/hello"}}
+	hdr := http.Header{"Host": {"hello.default"}}
 	c, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(e.srv.URL, "http")+"/ws", hdr)
 	if err != nil {
 		t.Fatal(err)

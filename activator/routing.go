@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -24,14 +25,32 @@ type router struct {
 }
 
 func (h *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	t, err := h.table.Load().lookup(r)
+	t := h.table.Load().lookup(r)
 	if t == nil {
-		notFound(w, r, err)
+		notFound(w, r)
 		return
 	}
 	e, out := newExchange(w, r, t)
 	defer e.finish()
 	h.next.ServeHTTP(e, out)
+}
+
+type serviceKey struct{}
+
+// WithService returns ctx naming the service a request carrying it is
+// for: the activator routes such a request there, whatever its Host. It is
+// how a front door in the same process (swell local's) hands a request on
+// once it has chosen its service; nothing a client sends can do the same.
+// The Swell-Service header in particular routes nothing: from a client it
+// is a request to route into any namespace.
+func WithService(ctx context.Context, key service.Key) context.Context {
+	return context.WithValue(ctx, serviceKey{}, key)
+}
+
+// ServiceFrom returns the service WithService named in ctx, if any.
+func ServiceFrom(ctx context.Context) (service.Key, bool) {
+	key, ok := ctx.Value(serviceKey{}).(service.Key)
+	return key, ok
 }
 
 // routeTable maps normalised host names and service keys to services. It is
@@ -53,20 +72,14 @@ func clusterLocalNames(key service.Key, domain string) []string {
 	return []string{short, short + ".svc", short + ".svc." + domain}
 }
 
-// lookup finds the service for r: by network.ServiceHeader when present
-// (an explicit choice is never second-guessed by Host), else by Host. It
-// returns nil if there is none, with an error if the header is not a
-// service key. It allocates nothing unless Host has upper-case letters or
-// the header is malformed.
-func (t *routeTable) lookup(r *http.Request) (*target, error) {
-	if v := r.Header[network.ServiceHeader]; len(v) > 0 {
-		key, err := service.Parse(v[0])
-		if err != nil {
-			return nil, fmt.Errorf("header %s: %w", network.ServiceHeader, err)
-		}
-		return t.byKey[key], nil
+// lookup finds the service for r: the one WithService named, else the one
+// its Host names; nil if there is none. It allocates nothing unless Host
+// has upper-case letters.
+func (t *routeTable) lookup(r *http.Request) *target {
+	if key, ok := ServiceFrom(r.Context()); ok {
+		return t.byKey[key]
 	}
-	return t.byHost[normalizeHost(r.Host)], nil
+	return t.byHost[normalizeHost(r.Host)]
 }
 
 // normalizeHost strips the port and a trailing dot and lower-cases host.
@@ -84,20 +97,16 @@ func normalizeHost(host string) string {
 	return strings.ToLower(host)
 }
 
-// notFound answers a request that names no known service; err, if set,
-// says why the name it gave is not one.
-func notFound(w http.ResponseWriter, r *http.Request, err error) {
+// notFound answers a request that names no known service.
+func notFound(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h["Content-Type"] = proxy.PlainText
 	h["X-Content-Type-Options"] = proxy.NoSniff
 	h[network.ReasonHeader] = unknownService
 	w.WriteHeader(http.StatusNotFound)
-	switch v := r.Header[network.ServiceHeader]; {
-	case err != nil:
-		fmt.Fprintf(w, "no service: %v\n", err)
-	case len(v) > 0:
-		fmt.Fprintf(w, "no service %q (from header %s)\n", v[0], network.ServiceHeader)
-	default:
-		fmt.Fprintf(w, "no service for host %q\n", r.Host)
+	if key, ok := ServiceFrom(r.Context()); ok {
+		fmt.Fprintf(w, "no service %q\n", key.String())
+		return
 	}
+	fmt.Fprintf(w, "no service for host %q\n", r.Host)
 }

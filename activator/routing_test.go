@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,10 +53,10 @@ func TestRouting(t *testing.T) {
 		{host: "hello.default.svc.corp.internal.", want: "hello-pod"},
 		{host: "HELLO.example.com:443", want: "hello-pod"},
 		{host: "other.team", want: "other-pod"},
-		{host: "hello.default", header: "team/other", want: "other-pod"},
-		{host: "nowhere.example.com", header: "default/hello", want: "hello-pod"},
-		{host: "hello.default.svc.cluster.local"},       // not this cluster's domain
-		{host: "hello.default", header: "default/nope"}, // an explicit header is never second-guessed
+		// The header routes nothing (TestServiceHeaderNeverRoutes).
+		{host: "hello.default", header: "team/other", want: "hello-pod"},
+		{host: "nowhere.example.com", header: "default/hello"},
+		{host: "hello.default.svc.cluster.local"}, // not this cluster's domain
 		{host: "unknown.example.com"},
 	} {
 		hdr := http.Header{}
@@ -68,12 +69,8 @@ func TestRouting(t *testing.T) {
 				t.Errorf("host %q header %q: %d %s=%q, want 404 %s", tc.host, tc.header, res.StatusCode,
 					network.ReasonHeader, res.Header.Get(network.ReasonHeader), network.ReasonUnknownService)
 			}
-			name := tc.host
-			if tc.header != "" {
-				name = tc.header
-			}
-			if !strings.Contains(body, name) {
-				t.Errorf("404 body %q does not name %q", body, name)
+			if !strings.Contains(body, tc.host) {
+				t.Errorf("404 body %q does not name %q", body, tc.host)
 			}
 			continue
 		}
@@ -114,11 +111,10 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	a.sync(src.Services())
 	tab := a.table.Load()
 	byHost, _ := http.NewRequest("GET", "http://hello.default.svc.cluster.local:8080/", nil)
-	byHeader, _ := http.NewRequest("GET", "http://x/", nil)
-	byHeader.Header.Set(network.ServiceHeader, "default/hello")
-	for _, r := range []*http.Request{byHost, byHeader} {
-		if got, err := tab.lookup(r); got == nil || err != nil {
-			t.Fatalf("no route for %s %v: %v", r.Host, r.Header, err)
+	byContext, _ := http.NewRequestWithContext(WithService(context.Background(), helloKey), "GET", "http://x/", nil)
+	for _, r := range []*http.Request{byHost, byContext} {
+		if got := tab.lookup(r); got == nil {
+			t.Fatalf("no route for %s", r.Host)
 		}
 		if n := testing.AllocsPerRun(100, func() { tab.lookup(r) }); n != 0 {
 			t.Errorf("lookup %s: %v allocations, want 0", r.Host, n)
@@ -128,7 +124,7 @@ func TestLookupAllocatesNothing(t *testing.T) {
 
 // TestRouter: a routed request reaches the next stage carrying its
 // exchange, which is also the writer it answers through; a request for no
-// service, or with a header that is not a key, is answered 404 here.
+// service is answered 404 here.
 func TestRouter(t *testing.T) {
 	s := newStageEnv(t, 1, 1, nil)
 	tab := newRouteTable()
@@ -146,21 +142,21 @@ func TestRouter(t *testing.T) {
 	})}
 
 	for _, tc := range []struct {
-		name, host, header string
-		body               string
-		want               string // 404 body, "" for routed
+		name, host string
+		route      string // the service WithService names, if any
+		body       string
+		want       string // 404 body, "" for routed
 	}{
 		{name: "host", host: "Hello.Default:8080"},
-		{name: "header", host: "elsewhere", header: "default/hello", body: "payload"},
+		{name: "context", host: "elsewhere", route: "default/hello", body: "payload"},
 		{name: "unknown host", host: "nowhere", want: `no service for host "nowhere"`},
-		{name: "unknown key", host: "hello.default", header: "default/nope", want: `no service "default/nope"`},
-		{name: "not a key", host: "hello.default", header: "Default/Hello", want: `service key "Default/Hello"`},
+		{name: "unknown key", host: "hello.default", route: "default/nope", want: `no service "default/nope"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got = nil
 			req := httptest.NewRequest(http.MethodPost, "http://"+tc.host+"/", strings.NewReader(tc.body))
-			if tc.header != "" {
-				req.Header.Set(network.ServiceHeader, tc.header)
+			if tc.route != "" {
+				req = req.WithContext(WithService(req.Context(), mustKey(tc.route)))
 			}
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, req)

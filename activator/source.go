@@ -20,8 +20,7 @@ type Pod struct {
 // Service is one service the activator routes for.
 type Service struct {
 	// Key names the service; service.Parse or service.New makes it.
-	// Requests carrying network.ServiceHeader with its text form
-	// (Key.String()) route here.
+	// Requests whose context names it (WithService) route here.
 	Key service.Key
 	// Hosts are extra host names routed here besides the cluster-local
 	// ones derived from Key.
@@ -32,6 +31,20 @@ type Service struct {
 	// Pods are the service's pods, ready or not: the activator probes each
 	// before sending it traffic.
 	Pods []Pod
+	// Callers admits callers besides the pods of the service's own
+	// namespace, when the activator knows callers' namespaces
+	// (Config.Callers); the zero value admits none.
+	Callers Callers
+}
+
+// Callers is who may call a service through the activator besides the
+// pods of its own namespace (callers.go).
+type Callers struct {
+	// Any admits every caller, also one that is no pod: a node, a
+	// hostNetwork pod, a client outside the cluster.
+	Any bool
+	// Namespaces admits the pods of these namespaces.
+	Namespaces []string
 }
 
 // Source supplies the services and their pods. It is level-triggered: a

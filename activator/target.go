@@ -2,6 +2,8 @@ package activator
 
 import (
 	"context"
+	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -26,6 +28,11 @@ type target struct {
 	m       serviceMetrics
 
 	cc atomic.Int64
+	// callers is who may call the service besides its own namespace
+	// (callers.go); replaced, never modified.
+	callers atomic.Pointer[Callers]
+	// waits counts the requests waiting in br by caller (hold.go).
+	waits callerWaits
 	// routable is the pods that passed a probe, sorted by name; replaced,
 	// never modified. Read on every request without a lock.
 	routable atomic.Pointer[[]*pod]
@@ -52,7 +59,9 @@ func (a *Activator) newTarget(key service.Key) *target {
 		tracker: stats.NewTracker(a.clk.Now()),
 		m:       a.metrics.forService(name),
 		pods:    map[string]*pod{},
+		waits:   callerWaits{n: map[netip.Addr]int{}},
 	}
+	t.callers.Store(&Callers{})
 	t.routable.Store(new([]*pod))
 	ch := make(chan struct{})
 	t.changed.Store(&ch)
@@ -74,6 +83,9 @@ func (t *target) update(sv Service) {
 	// and routable pods stay as they were is not published again, so its
 	// waiting requests are not woken for nothing. New pods are not
 	// routable until their probe passes (markRoutable publishes then).
+	if c := t.callers.Load(); c.Any != sv.Callers.Any || !slices.Equal(c.Namespaces, sv.Callers.Namespaces) {
+		t.callers.Store(&Callers{Any: sv.Callers.Any, Namespaces: slices.Clone(sv.Callers.Namespaces)})
+	}
 	cc := int64(max(sv.ContainerConcurrency, 0))
 	changed := t.cc.Swap(cc) != cc
 	seen := make(map[string]bool, len(sv.Pods))

@@ -11,21 +11,32 @@ import (
 
 // throttle lets at most the service's capacity — its routable pods' slots
 // (target.publishLocked) — through to the stages below at once. The rest
-// wait in the breaker's FIFO queue: beyond QueueDepth a request is refused
-// at once, and one that waits past QueueTimeout is refused then.
+// wait in the breaker's FIFO queue: beyond QueueDepth, beyond the
+// activator's MaxHeld across services, or beyond the caller's share of the
+// queue (hold.go), a request is refused at once, and one that waits past
+// QueueTimeout is refused then.
 type throttle struct {
-	next  http.Handler
-	bound queueBound
+	next   http.Handler
+	bound  queueBound
+	limits *waitLimits
 }
 
 func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e := exchangeOf(r)
 	t := e.t
 	if !t.br.TryAcquire() {
+		// An address that does not parse (an embedder's request) counts
+		// as one caller, the zero address.
+		caller, _ := callerAddr(r)
+		if ok, why := h.limits.enter(t, caller); !ok {
+			h.limits.refuse(w, why)
+			return
+		}
 		wait := h.bound.of(e)
 		t.m.queued.Inc()
 		err := t.br.Acquire(wait)
 		t.m.queued.Dec()
+		h.limits.leave(t, caller)
 		if err != nil {
 			refuse(w, r, err)
 			return

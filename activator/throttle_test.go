@@ -17,7 +17,7 @@ func TestThrottleHoldsASlot(t *testing.T) {
 	for _, abort := range []bool{false, true} {
 		s := newStageEnv(t, 1, 1, nil)
 		reached := false
-		h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		h := &throttle{bound: queueBound{s.clk, time.Minute}, limits: s.a.limits, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			reached = true
 			if n := s.t.br.InFlight(); n != 1 {
 				t.Errorf("%d slots held while the request is below, want 1", n)
@@ -44,7 +44,7 @@ func TestThrottleHoldsASlot(t *testing.T) {
 // with 504. Neither goes on.
 func TestThrottleQueue(t *testing.T) {
 	s := newStageEnv(t, 1, 0, func(c *Config) { c.QueueDepth = 1 })
-	h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := &throttle{bound: queueBound{s.clk, time.Minute}, limits: s.a.limits, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		t.Error("a request went on with no slot free")
 	})}
 
@@ -78,7 +78,7 @@ func TestThrottleQueue(t *testing.T) {
 // once and is answered nothing.
 func TestThrottleClientLeaves(t *testing.T) {
 	s := newStageEnv(t, 1, 0, nil)
-	h := &throttle{bound: queueBound{s.clk, time.Minute}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+	h := &throttle{bound: queueBound{s.clk, time.Minute}, limits: s.a.limits, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		t.Error("a request went on with no slot free")
 	})}
 	ctx, cancel := context.WithCancel(context.Background())

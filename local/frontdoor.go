@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/proxy"
@@ -68,6 +69,7 @@ func newFrontDoor(b *backend, act http.Handler, log *zap.Logger) *frontDoor {
 			pr.Out.URL.Scheme = "http"
 			pr.Out.URL.Host = pr.In.Context().Value(directKey{}).(direct).addr
 			proxy.SetForwarded(pr)
+			proxy.StripSwellHeaders(pr.Out.Header)
 		},
 		Transport: proxy.NewTransport(proxy.TransportConfig{
 			DialTimeout:         2 * time.Second,
@@ -138,7 +140,9 @@ func (f *frontDoor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.toActivator(w, r, s)
 }
 
+// toActivator hands r to the activator for s. The service goes in r's
+// context (activator.WithService), which no client can set: the activator
+// routes by no header, and strips the client's Swell-* headers itself.
 func (f *frontDoor) toActivator(w http.ResponseWriter, r *http.Request, s *localService) {
-	r.Header.Set(network.ServiceHeader, s.key.String())
-	f.act.ServeHTTP(w, r)
+	f.act.ServeHTTP(w, r.WithContext(activator.WithService(r.Context(), s.key)))
 }

@@ -10,15 +10,17 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/local/config"
 	"github.com/swell-run/swell/pkg/network"
 )
 
 // activatorStub stands in for the activator: it answers with the service
-// the front door named in the Swell-Service header.
+// the front door named in the request's context (activator.WithService).
 var activatorStub = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	io.WriteString(w, "activator:"+r.Header.Get(network.ServiceHeader))
+	key, _ := activator.ServiceFrom(r.Context())
+	io.WriteString(w, "activator:"+key.String())
 })
 
 func newTestDoor(t *testing.T, names ...string) (*frontDoor, *backend) {
@@ -138,5 +140,33 @@ func TestFrontDoorDirectToPods(t *testing.T) {
 	s.view.Store(&routeView{route: plan.RoutePods, ready: []string{broken.Listener.Addr().String()}})
 	if code, _, h := serve(f, "hello.localhost"); code != http.StatusBadGateway || h.Get(network.ReasonHeader) != network.ReasonAppUnreachable {
 		t.Errorf("to a replica that failed mid-request: %d %v, want 502 app-unreachable", code, h)
+	}
+}
+
+// TestFrontDoorStripsSwellHeaders: a request sent straight to a replica
+// carries none of the client's Swell-* headers, so that no client of
+// swell local passes itself off as the activator (which the replica's
+// queue-proxy would count apart) or as a probe.
+func TestFrontDoorStripsSwellHeaders(t *testing.T) {
+	f, b := newTestDoor(t, "hello")
+	got := make(chan http.Header, 1)
+	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}))
+	t.Cleanup(pod.Close)
+	b.order[0].view.Store(&routeView{route: plan.RoutePods, ready: []string{pod.Listener.Addr().String()}})
+	code, _, _ := serve(f, "hello.localhost", network.ProxyHeader, network.ProxyActivator, network.ServiceHeader, "hello",
+		network.ProbeHeader, network.ProbeQueue, "Swell-Other", "x", "X-Kept", "y")
+	if code != http.StatusOK {
+		t.Fatalf("direct request: %d", code)
+	}
+	h := <-got
+	for k, v := range h {
+		if strings.HasPrefix(strings.ToLower(k), "swell-") {
+			t.Errorf("the replica received %s: %q", k, v)
+		}
+	}
+	if h.Get("X-Kept") != "y" {
+		t.Errorf("other headers lost: %v", h)
 	}
 }

@@ -1,7 +1,9 @@
 package queueproxy
 
 import (
+	"bufio"
 	"errors"
+	"net"
 	"net/http"
 
 	"github.com/swell-run/swell/pkg/breaker"
@@ -13,6 +15,12 @@ import (
 // once. The rest wait in the breaker's FIFO queue; when that is full a
 // request is turned away at once with 503 and network.ReasonQueueFull, so a
 // client (or the activator) can try elsewhere instead of piling up here.
+//
+// An upgraded connection (a websocket) gives its slot back as soon as the
+// upgrade is done: the handshake is a request and is admitted like one,
+// but the session after it is not work the app is doing, and holding a
+// slot for its whole life would let CONTAINER_CONCURRENCY idle sessions
+// keep every other request out for as long as they stay open.
 type admission struct {
 	next    http.Handler
 	breaker *breaker.Breaker
@@ -27,6 +35,41 @@ func (a *admission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// timeout fired and the timeout handler answers.
 		return
 	}
-	defer a.breaker.Release()
-	a.next.ServeHTTP(w, r)
+	aw := &admittedWriter{ResponseWriter: w, breaker: a.breaker}
+	defer aw.release()
+	a.next.ServeHTTP(aw, r)
 }
+
+// admittedWriter holds a request's admission slot and releases it once:
+// when the request ends, or when its connection is hijacked. Only the
+// request's goroutine calls it (ReverseProxy hijacks from ServeHTTP), so
+// released needs no synchronisation. It keeps http.Flusher and
+// http.Hijacker, and Unwrap for http.ResponseController.
+type admittedWriter struct {
+	http.ResponseWriter
+	breaker  *breaker.Breaker
+	released bool
+}
+
+func (w *admittedWriter) release() {
+	if !w.released {
+		w.released = true
+		w.breaker.Release()
+	}
+}
+
+// Flush implements http.Flusher.
+func (w *admittedWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Hijack implements http.Hijacker: once the connection is the upgraded
+// session's, the slot goes to the next request.
+func (w *admittedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.release()
+	}
+	return c, brw, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *admittedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

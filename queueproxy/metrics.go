@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,9 @@ type metrics struct {
 	requests [len(statusClasses)]prometheus.Counter
 	rejected map[string]prometheus.Counter // read-only after construction
 	duration prometheus.Histogram
+	// upgraded counts the upgraded connections (websockets) open now:
+	// in flight for the stats and the drain, but holding no admission slot.
+	upgraded atomic.Int64
 }
 
 // newMetrics registers the metrics. inFlight and queued are read at scrape
@@ -79,6 +83,10 @@ func newMetrics(clk clock.PassiveClock, inFlight, queued func() float64) *metric
 			Name: "swell_queue_queued_requests",
 			Help: "Requests waiting for the app now (always 0 without CONTAINER_CONCURRENCY).",
 		}, queued),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swell_queue_upgraded_connections",
+			Help: "Upgraded connections (websockets) open now: counted in flight, but holding no admission slot.",
+		}, func() float64 { return float64(m.upgraded.Load()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -99,7 +107,7 @@ type counting struct {
 func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := c.metrics
 	start := m.clock.Now()
-	rec := &statusRecorder{ResponseWriter: w}
+	rec := &statusRecorder{ResponseWriter: w, metrics: m}
 	defer func() { m.observe(rec, m.clock.Since(start)) }()
 	c.next.ServeHTTP(rec, r)
 }
@@ -111,6 +119,9 @@ func (m *metrics) observe(rec *statusRecorder, d time.Duration) {
 	}
 	m.requests[class].Inc()
 	m.duration.Observe(d.Seconds())
+	if rec.hijacked {
+		m.upgraded.Add(-1)
+	}
 	if rec.status >= 500 {
 		if v := rec.Header()[network.ReasonHeader]; len(v) == 1 {
 			if c, ok := m.rejected[v[0]]; ok {
@@ -125,7 +136,9 @@ func (m *metrics) observe(rec *statusRecorder, d time.Duration) {
 // Unwrap for http.ResponseController.
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
+	metrics  *metrics
+	status   int
+	hijacked bool
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -156,8 +169,14 @@ func (r *statusRecorder) FlushError() error {
 // Hijack implements http.Hijacker.
 func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(r.ResponseWriter).Hijack()
-	if err == nil && r.status == 0 {
-		r.status = http.StatusSwitchingProtocols
+	if err == nil {
+		if r.status == 0 {
+			r.status = http.StatusSwitchingProtocols
+		}
+		if !r.hijacked {
+			r.hijacked = true
+			r.metrics.upgraded.Add(1)
+		}
 	}
 	return c, brw, err
 }

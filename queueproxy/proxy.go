@@ -51,6 +51,7 @@ func newProxy(userPort int, log *zap.Logger) *httputil.ReverseProxy {
 			// pr.Out.Host keeps the client's Host: the app sees the name it
 			// was called by, as it would without the sidecar.
 			proxy.SetForwarded(pr)
+			proxy.StripSwellHeaders(pr.Out.Header)
 		},
 		Transport: transport,
 		// Zero leaves flushing to ReverseProxy's own rules, which flush

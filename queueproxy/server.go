@@ -32,9 +32,16 @@ type Clock = clock.WithTickerAndDelayedExecution
 
 // Server settings for the three ports.
 const (
-	// readHeaderTimeout bounds how long a client may take to send request
-	// headers, so idle or malicious connections cannot hold goroutines.
-	readHeaderTimeout = time.Minute
+	// readHeaderTimeout bounds how long a client may take to send a
+	// request's headers — from a new connection's start, or from the first
+	// byte of a request on a kept-alive one — so that connections that
+	// send nothing or dribble their headers (slowloris) cannot pile up
+	// holding a goroutine and a socket each. The clients in front (the
+	// activator, ingress proxies, the kubelet, Prometheus) write a
+	// request's headers at once, in one packet or a few; 10s leaves room
+	// for a congested network or a paused client process, and is what
+	// common servers use.
+	readHeaderTimeout = 10 * time.Second
 	// clientIdleTimeout closes idle client connections. It is longer than
 	// the idle timeouts of the proxies in front (Go's 90s, the activator's)
 	// so that they, not we, close an idle connection: a connection closed
@@ -59,6 +66,7 @@ type QueueProxy struct {
 	handler                    http.Handler
 	serving, admin, metricsSrv *http.Server
 	drainOnce                  sync.Once
+	waiters                    drainWaiters
 }
 
 // New builds a queue-proxy from a valid configuration. It starts nothing:
@@ -174,29 +182,34 @@ func (q *QueueProxy) serveReady(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveDrain starts a drain and answers once it has ended.
-func (q *QueueProxy) serveDrain(w http.ResponseWriter, r *http.Request) {
-	q.StartDrain()
-	if err := q.drainer.Wait(r.Context()); err != nil {
-		return // the caller gave up; the drain goes on
-	}
-	w.Header()["Content-Type"] = proxy.PlainText
-	w.Write([]byte("drained\n"))
-}
-
-// metricsHandler serves Prometheus metrics and the stats report.
+// metricsHandler serves Prometheus metrics and the stats report, which
+// other pods scrape, and the profiles, which only loopback callers get.
 func (q *QueueProxy) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+network.MetricsPath, q.metrics.handler())
 	mux.Handle("GET "+network.StatsPath, q.reporter)
 	if q.cfg.EnableProfiling {
-		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+		mux.Handle("GET /debug/pprof/", loopbackOnly(http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", loopbackOnly(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", loopbackOnly(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", loopbackOnly(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", loopbackOnly(http.HandlerFunc(pprof.Trace)))
 	}
 	return mux
+}
+
+// loopbackOnly serves h to callers on loopback and 403 to any other.
+// Profiles show the process's memory and command line and cost it CPU for
+// as long as the caller asks; an operator reaches them with kubectl
+// port-forward, which arrives on loopback inside the pod.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !network.IsFromLoopback(r) {
+			http.Error(w, "profiles are served only to callers on loopback: use kubectl port-forward to this port", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // StartDrain starts a graceful drain (see pkg/drain): readiness turns false

@@ -552,10 +552,13 @@ func TestChainTimeoutsFreeTheSlot(t *testing.T) {
 	})
 	b := r.qp.breaker
 
-	// The app never answers; another request waits behind it.
+	// The app never answers; another request that would not either waits
+	// behind it. (Both time out at the same step of the clock: had the
+	// second been one the app answers at once, it could get the slot the
+	// first frees in the instant before its own timer fires.)
 	hang := r.goGet(context.Background(), "/hang")
 	waitFor(t, "the first request at the app", func() bool { return b.InFlight() == 1 })
-	queued := r.goGet(context.Background(), "/fast")
+	queued := r.goGet(context.Background(), "/hang")
 	waitFor(t, "the second request to queue", func() bool { return b.Waiting() == 1 })
 	// Idle (3s) fires before response start (5s); both requests hit it.
 	r.clock.Step(3 * time.Second)
@@ -821,5 +824,325 @@ func TestProfilingOnlyWhenEnabled(t *testing.T) {
 				t.Errorf("pprof with ENABLE_PROFILING=%v: status %d, want %d", enabled, res.StatusCode, want)
 			}
 		})
+	}
+}
+
+// TestProfilesOnlyForLoopback: profiles (and their arguments: a CPU
+// profile costs the pod seconds of CPU) are for an operator's kubectl
+// port-forward, which arrives on loopback inside the pod, not for any pod
+// in the cluster.
+func TestProfilesOnlyForLoopback(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.EnableProfiling = true
+	cfg.Logger, cfg.Clock = testLogger(t), newNotifyClock()
+	qp, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := qp.metricsHandler()
+	for _, c := range []struct {
+		addr string
+		want int
+	}{
+		{"127.0.0.1:50000", http.StatusOK},
+		{"127.3.2.1:50000", http.StatusOK},
+		{"[::1]:50000", http.StatusOK},
+		{"[::ffff:127.0.0.1]:50000", http.StatusOK},
+		{"192.0.2.1:1234", http.StatusForbidden},
+		{"10.1.2.3:50000", http.StatusForbidden},
+		{"[fe80::1%eth0]:50000", http.StatusForbidden},
+		{"[2001:db8::1]:50000", http.StatusForbidden},
+		{"", http.StatusForbidden},
+		{"not an address", http.StatusForbidden},
+	} {
+		for _, path := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=1"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			req.RemoteAddr = c.addr
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != c.want {
+				t.Errorf("GET %s from %q: %d, want %d", path, c.addr, w.Code, c.want)
+			}
+			if c.want == http.StatusForbidden && !strings.Contains(w.Body.String(), "loopback") {
+				t.Errorf("GET %s from %q: body %q does not say profiles are for loopback callers", path, c.addr, w.Body.String())
+			}
+		}
+	}
+	// Metrics and stats stay open: Prometheus and the autoscaler scrape
+	// from other pods.
+	for _, path := range []string{network.MetricsPath, network.StatsPath} {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Errorf("GET %s from outside the pod: %d, want 200", path, w.Code)
+		}
+	}
+}
+
+// TestServersBoundHeadersAndIdle: every server of the queue-proxy bounds
+// the time a client may take to send its headers, and how long a
+// connection may idle, so that connections that send nothing cannot pile
+// up.
+func TestServersBoundHeadersAndIdle(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Logger, cfg.Clock = testLogger(t), newNotifyClock()
+	qp, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*http.Server{"serving": qp.serving, "admin": qp.admin, "metrics": qp.metricsSrv} {
+		if s.ReadHeaderTimeout <= 0 || s.ReadHeaderTimeout > 10*time.Second {
+			t.Errorf("%s server: ReadHeaderTimeout %v, want at most 10s", name, s.ReadHeaderTimeout)
+		}
+		if s.IdleTimeout <= 0 {
+			t.Errorf("%s server: IdleTimeout %v, want a bound", name, s.IdleTimeout)
+		}
+	}
+}
+
+// TestSilentConnectionsAreClosed: on each port, a connection that sends no
+// request (or half of its headers) is closed at the header bound. The
+// bound is shortened for the test; the socket's own close is awaited, with
+// a generous guard.
+func TestSilentConnectionsAreClosed(t *testing.T) {
+	const bound = 50 * time.Millisecond
+	var ls [3]net.Listener
+	for i := range ls {
+		var err error
+		if ls[i], err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Logger, cfg.Clock = testLogger(t), newNotifyClock()
+	qp, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*http.Server{qp.serving, qp.admin, qp.metricsSrv} {
+		s.ReadHeaderTimeout = bound
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- qp.Serve(ctx, ls[0], ls[1], ls[2]) }()
+	defer func() {
+		cancel()
+		<-served
+	}()
+	for _, l := range ls {
+		for _, send := range []string{"", "GET / HTTP/1.1\r\nHost: x\r\n"} {
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(c, send); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			c.SetReadDeadline(start.Add(10 * time.Second))
+			_, err = io.ReadAll(c)
+			c.Close()
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Errorf("%s after %q: still open after %v, want closed after %v", l.Addr(), send, time.Since(start), bound)
+			}
+		}
+	}
+}
+
+// TestChainStripsSwellHeaders: Swell's own request headers are for the
+// data plane; a client (or the activator) cannot pass one to the app, so
+// an app can never be misled by one.
+func TestChainStripsSwellHeaders(t *testing.T) {
+	got := make(chan http.Header, 1)
+	app := startApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+	}))
+	r := newRig(t, portOf(t, app.Listener.Addr().String()), nil)
+	for _, proto := range []string{"HTTP/1.1", "h2c"} {
+		client := r.client
+		if proto == "h2c" {
+			client = h2cClient()
+		}
+		req, _ := http.NewRequest(http.MethodGet, r.url+"/", nil)
+		req.Header.Set(network.ProxyHeader, network.ProxyActivator)
+		req.Header.Set(network.ServiceHeader, "ns/name")
+		req.Header.Set(network.ReasonHeader, "queue-full")
+		req.Header["swell-lower"] = []string{"x"} // sent as is on HTTP/1.1
+		req.Header.Set("Swell-Future-Header", "y")
+		req.Header.Set("X-Kept", "z")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readAll(t, res)
+		h := recv(t, got, "the app's request")
+		for k := range h {
+			if strings.HasPrefix(strings.ToLower(k), "swell-") {
+				t.Errorf("%s: the app received %s: %q", proto, k, h[k])
+			}
+		}
+		if h.Get("X-Kept") != "z" {
+			t.Errorf("%s: other headers lost: %v", proto, h)
+		}
+	}
+}
+
+// TestChainTotalsCountProxiedRequests: a request that says it came from
+// the activator is still counted in the pod's totals — the Swell-Proxy
+// header only splits the totals, it never lowers them.
+func TestChainTotalsCountProxiedRequests(t *testing.T) {
+	release := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	app := startApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+	}))
+	r := newRig(t, portOf(t, app.Listener.Addr().String()), nil)
+	var held []chan *http.Response
+	for _, v := range []string{network.ProxyActivator, network.ProxyActivator, "something-else", ""} {
+		ch := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, r.url+"/", nil)
+			if v != "" {
+				req.Header.Set(network.ProxyHeader, v)
+			}
+			res, err := r.client.Do(req)
+			if err != nil {
+				res = nil
+			}
+			ch <- res
+		}()
+		held = append(held, ch)
+		<-entered
+	}
+	if n := r.qp.tracker.InFlight(); n != 4 {
+		t.Errorf("in flight %d, want all 4 requests", n)
+	}
+	r.report()
+	rep := r.qp.reporter.latest.Load().report
+	if rep.Requests != 4 || rep.ProxiedRequests != 2 || rep.Concurrency != 4 || rep.ProxiedConcurrency != 2 {
+		t.Errorf("report %+v, want 4 requests at concurrency 4, of which 2 proxied", rep)
+	}
+	close(release)
+	for _, ch := range held {
+		if res := <-ch; res != nil {
+			readAll(t, res)
+		}
+	}
+}
+
+// TestChainProbesNeverReachTheAppWhateverTheyCarry: a request with a probe
+// marker is answered by the queue-proxy whatever else it carries — a
+// method, a body, an upgrade, HTTP/2 — so nothing of it reaches the app
+// without admission and accounting; all a caller learns is readiness.
+func TestChainProbesNeverReachTheAppWhateverTheyCarry(t *testing.T) {
+	var hits atomic.Int32
+	app := startApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body)
+	}))
+	r := newRig(t, portOf(t, app.Listener.Addr().String()), func(c *Config) { c.ContainerConcurrency = 1 })
+	r.waitReady()
+	markers := [][2]string{
+		{network.ProbeHeader, "anything"},
+		{network.KubeletProbeHeader, "1"},
+		{"User-Agent", network.KubeletProbeUserAgentPrefix + "9.9"},
+	}
+	for _, m := range markers {
+		for _, proto := range []string{"HTTP/1.1", "h2c"} {
+			client := r.client
+			if proto == "h2c" {
+				client = h2cClient()
+			}
+			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+				req, _ := http.NewRequest(method, r.url+"/admin/delete-everything", strings.NewReader("payload"))
+				req.Header.Set(m[0], m[1])
+				if proto == "HTTP/1.1" && method == http.MethodGet {
+					req.Header.Set("Connection", "Upgrade")
+					req.Header.Set("Upgrade", "websocket")
+				}
+				res, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body := readAll(t, res)
+				if res.StatusCode != 200 || body != network.ProbeQueue {
+					t.Errorf("%s %s probe %s: %d %q, want the queue-proxy's own answer", proto, method, m[0], res.StatusCode, body)
+				}
+			}
+		}
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d probe requests reached the app", n)
+	}
+}
+
+// TestChainIdleWebsocketsDoNotHoldAdmission: an upgraded connection gives
+// its admission slot back once the upgrade is done, so as many idle
+// websockets as CONTAINER_CONCURRENCY cannot keep ordinary requests out.
+func TestChainIdleWebsocketsDoNotHoldAdmission(t *testing.T) {
+	for _, timeout := range []time.Duration{0, time.Minute} {
+		t.Run("request timeout "+timeout.String(), func(t *testing.T) { testIdleWebsockets(t, timeout) })
+	}
+}
+
+func testIdleWebsockets(t *testing.T, timeout time.Duration) {
+	const cc = 2
+	upgrader := websocket.Upgrader{}
+	app := startApp(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ws" {
+			w.Write([]byte("ordinary"))
+			return
+		}
+		c, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}))
+	r := newRig(t, portOf(t, app.Listener.Addr().String()), func(c *Config) {
+		c.ContainerConcurrency = cc
+		c.RequestTimeout = timeout // 0: no timeout stage in the chain
+	})
+	var sockets []*websocket.Conn
+	for range cc {
+		ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(r.url, "http")+"/ws", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sockets = append(sockets, ws)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res := recv(t, r.goGet(ctx, "/"), "the ordinary request")
+	if res == nil {
+		t.Fatalf("an ordinary request got no answer while %d idle websockets were open (CONTAINER_CONCURRENCY %d)", cc, cc)
+	}
+	if body := readAll(t, res); res.StatusCode != 200 || body != "ordinary" {
+		t.Errorf("ordinary request: %d %q", res.StatusCode, body)
+	}
+	// The sessions are still load: in flight for the stats and the drain,
+	// and counted apart in the metrics.
+	if n := r.qp.tracker.InFlight(); n != cc {
+		t.Errorf("in flight %d, want the %d open websockets", n, cc)
+	}
+	if got := scrape(t, r.qp.metrics)["swell_queue_upgraded_connections"]; got != strconv.Itoa(cc) {
+		t.Errorf("swell_queue_upgraded_connections = %q, want %d", got, cc)
+	}
+	if n := r.qp.breaker.InFlight(); n != 0 {
+		t.Errorf("%d admission slots held by open websockets, want 0", n)
+	}
+	for _, ws := range sockets {
+		ws.Close()
+	}
+	waitFor(t, "the sessions to end", func() bool { return r.qp.tracker.InFlight() == 0 })
+	if got := scrape(t, r.qp.metrics)["swell_queue_upgraded_connections"]; got != "0" {
+		t.Errorf("swell_queue_upgraded_connections = %q after the sessions closed, want 0", got)
 	}
 }

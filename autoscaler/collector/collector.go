@@ -35,15 +35,20 @@ const (
 
 // Sample is one service's load over one second, every source combined:
 //
-//	Concurrency = N/k · Σ sampled pods (Concurrency − ProxiedConcurrency)
-//	              + Σ activators Concurrency
-//	RPS         = N/k · Σ sampled pods (Requests − ProxiedRequests)/Period
-//	              + Σ activators Requests/Period
+//	own       = N/k · Σ sampled pods (Concurrency − ProxiedConcurrency)
+//	proxied   = N/k · Σ sampled pods ProxiedConcurrency
+//	Concurrency = own + max(proxied, Σ activators Concurrency)
 //
-// for N ready pods of which k answered. Pods count only what did not come
-// through an activator, and the activators report all they hold, so every
-// request is counted once, wherever it waited. While no activator reports
-// the service, the pods count what came through an activator too.
+// and the same for RPS (requests over the report's period), for N ready
+// pods of which k answered. A request that came through an activator is
+// held by the activator and by a pod at once: the activators report all
+// they hold (queued and forwarded), the pods report what they got through
+// an activator apart, so taking the larger of the two counts each request
+// once. Since the pods' total (own + proxied) is never more than the load,
+// and is never lowered by how a request is marked, no header a client can
+// send lowers the load: a client that marks its direct requests as the
+// activator's only moves them from own to proxied, which still count. While
+// no activator reports the service, the pods' total is the load.
 type Sample struct {
 	// Service is the service's key.
 	Service service.Key
@@ -53,10 +58,13 @@ type Sample struct {
 	Time time.Time
 	// Concurrency and RPS are the service-wide totals.
 	Concurrency, RPS float64
-	// PodConcurrency, PodRPS, ActivatorConcurrency and ActivatorRPS are the
-	// two shares the totals add up.
-	PodConcurrency, PodRPS             float64
-	ActivatorConcurrency, ActivatorRPS float64
+	// PodConcurrency and PodRPS are the pods' own share: what did not come
+	// through an activator. PodProxiedConcurrency and PodProxiedRPS are
+	// what the pods got through one; ActivatorConcurrency and ActivatorRPS
+	// what the activators hold.
+	PodConcurrency, PodRPS               float64
+	PodProxiedConcurrency, PodProxiedRPS float64
+	ActivatorConcurrency, ActivatorRPS   float64
 	// Sources says which sources contributed.
 	Sources Sources
 	// ReadyPods is N; Sampled how many pods were scraped; Scraped how many
@@ -346,20 +354,14 @@ func (c *Collector) combine(sec time.Time) {
 			s.Sources |= SourceActivators
 		}
 		s.ReadyPods, s.Sampled = st.ready, st.n
-		var conc, rps float64
+		var conc, rps, pconc, prps float64
 		for _, j := range c.jobs[st.first : st.first+st.n] {
 			if j.ok {
 				s.Scraped++
 				conc += j.concurrency
 				rps += j.rps
-				if s.Activators == 0 {
-					// No activator reports the service: the load the
-					// pods got through an activator (one that lost its
-					// connection, or a report not yet arrived) is counted
-					// here, or it would be counted nowhere.
-					conc += j.proxiedConcurrency
-					rps += j.proxiedRPS
-				}
+				pconc += j.proxiedConcurrency
+				prps += j.proxiedRPS
 			}
 		}
 		if s.ReadyPods > 0 {
@@ -372,10 +374,15 @@ func (c *Collector) combine(sec time.Time) {
 			}
 			scale := float64(s.ReadyPods) / float64(s.Scraped)
 			s.PodConcurrency, s.PodRPS = conc*scale, rps*scale
+			s.PodProxiedConcurrency, s.PodProxiedRPS = pconc*scale, prps*scale
 			s.Sources |= SourcePods
 		}
-		s.Concurrency = s.PodConcurrency + s.ActivatorConcurrency
-		s.RPS = s.PodRPS + s.ActivatorRPS
+		// What came through an activator is counted once, from whichever
+		// side saw more of it: the activators (which also hold what waits)
+		// or the pods (which also see what was marked as the activator's by
+		// a client, or forwarded by an activator that is not reporting).
+		s.Concurrency = s.PodConcurrency + max(s.PodProxiedConcurrency, s.ActivatorConcurrency)
+		s.RPS = s.PodRPS + max(s.PodProxiedRPS, s.ActivatorRPS)
 		c.samples = append(c.samples, s)
 	}
 }

@@ -174,6 +174,25 @@ func TestProxiedLoadCountedWithoutActivatorReports(t *testing.T) {
 	}
 }
 
+// TestNoHeaderLowersLoad: a client that sends its requests straight to the
+// pods marked as the activator's (Swell-Proxy: activator) makes the pods
+// report them as proxied. While an activator reports a trickle of its own,
+// the spoofed share must still count: the load is the larger of the pods'
+// total and the pods' own share plus the activators'.
+func TestNoHeaderLowersLoad(t *testing.T) {
+	r := newRig(t, nil)
+	// 40 in flight at the pods, all claiming to come through the
+	// activator; the activator holds 1.
+	p1 := newFakePod(t, rep(20, 20, 200, 200))
+	p2 := newFakePod(t, rep(20, 20, 200, 200))
+	r.pods.Set("ns/svc", p1.addr(), p2.addr())
+	r.report("act-a", time.Second, entry("ns/svc", 1, 10, 1))
+	s := r.round(t)["ns/svc"]
+	if s.Concurrency != 40 || s.RPS != 400 {
+		t.Fatalf("spoofed proxied load: concurrency %v rps %v, want the pods' total 40 and 400", s.Concurrency, s.RPS)
+	}
+}
+
 // TestFailingPods: a failing pod never loses the service's data; the
 // answers are scaled to every ready pod.
 func TestFailingPods(t *testing.T) {
@@ -249,7 +268,8 @@ func TestFailingPodsCensus(t *testing.T) {
 	s := r.round(t)["ns/svc"]
 	// No activator reports the service, so the good pod's proxied share
 	// counts too: 3 in flight, 20 requests a second.
-	if s.ReadyPods != 5 || s.Sampled != 5 || s.Scraped != 1 || s.PodConcurrency != 5*3 || s.PodRPS != 5*20 {
+	if s.ReadyPods != 5 || s.Sampled != 5 || s.Scraped != 1 || s.Concurrency != 5*3 || s.RPS != 5*20 ||
+		s.PodConcurrency != 5*2 || s.PodProxiedConcurrency != 5*1 {
 		t.Fatalf("got %+v, want 5 ready, 5 sampled, 1 scraped, concurrency 15, rps 100", s)
 	}
 	for res, want := range map[scrapeResult]float64{resultOK: 1, resultStatus: 1, resultMalformed: 2, resultError: 1, resultTimeout: 0} {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swell-run/swell/pkg/autoscaling"
 )
@@ -98,4 +99,31 @@ func TestReplayObservationsWritesNothingOnError(t *testing.T) {
 	if err == nil || out.Len() != 0 {
 		t.Errorf("invalid spec: %v, wrote %q", err, out.String())
 	}
+}
+
+// FuzzObservations: whatever an observations file holds, reading it never
+// panics; what it accepts has times of 0 or more in order, and replaying
+// it through a decider never panics either.
+func FuzzObservations(f *testing.F) {
+	f.Add("t,ready,stable,panic\n0,1,35,35\n2,1,140,70\n4.5,2,0,0\n")
+	f.Add("t,ready,stable,panic\n9223372036.854775807,1,1e308,1e308\n")
+	f.Add("\uFEFFt,ready,stable,panic\r\n\r\n1,2147483647,0,0\r\n")
+	f.Add("t,ready,stable,panic\n1,1,NaN,0\n")
+	spec := autoscaling.DefaultSpec()
+	f.Fuzz(func(t *testing.T, in string) {
+		rows, err := ReadObservations(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		var last time.Duration
+		for i, r := range rows {
+			if r.Offset < 0 || r.Offset < last || r.Ready < 0 || r.Stable < 0 || r.Panic < 0 {
+				t.Fatalf("row %d: %+v after %v", i, r, last)
+			}
+			last = r.Offset
+		}
+		if err := ReplayObservations(io.Discard, rows, spec, 1); err != nil {
+			t.Fatalf("replaying accepted rows: %v", err)
+		}
+	})
 }

@@ -47,8 +47,10 @@ type config struct {
 	AutoscalerTokenFile string
 	PodName             string
 
-	QueueDepth     int
-	RequestTimeout time.Duration
+	QueueDepth       int
+	CallerQueueDepth int
+	MaxHeld          int
+	RequestTimeout   time.Duration
 
 	DrainQuietPeriod time.Duration
 	DrainTimeout     time.Duration
@@ -64,6 +66,7 @@ func defaultConfig() config {
 		SystemNamespace:  kube.DefaultSystemNamespace,
 		ClusterDomain:    activator.DefaultClusterDomain,
 		QueueDepth:       activator.DefaultQueueDepth,
+		MaxHeld:          activator.DefaultMaxHeld,
 		RequestTimeout:   activator.DefaultQueueTimeout,
 		DrainQuietPeriod: 5 * time.Second,
 		DrainTimeout:     30 * time.Second,
@@ -150,6 +153,11 @@ func bind(cfg *config) (*envflag.Set, settings) {
 		"this activator's name towards the autoscaler", envflag.String).DefaultText("hostname")
 	envflag.Var(s, &cfg.QueueDepth, "queue-depth", "QUEUE_DEPTH", cfg.QueueDepth,
 		"most requests waiting per service", envflag.IntAtLeast(1))
+	envflag.Var(s, &cfg.CallerQueueDepth, "caller-queue-depth", "CALLER_QUEUE_DEPTH", 0,
+		"most requests waiting per service from one caller (by address); 0 = half of QUEUE_DEPTH", envflag.IntAtLeast(0)).
+		DefaultText("0 (half of QUEUE_DEPTH)")
+	envflag.Var(s, &cfg.MaxHeld, "max-held-requests", "MAX_HELD_REQUESTS", cfg.MaxHeld,
+		"most requests waiting across all services (about 23 KB each)", envflag.IntAtLeast(1))
 	envflag.Var(s, &cfg.RequestTimeout, "request-timeout", "REQUEST_TIMEOUT", cfg.RequestTimeout,
 		"bound on a request's wait for a pod", envflag.DurationAtLeast(time.Millisecond))
 	envflag.Var(s, &cfg.DrainQuietPeriod, "drain-quiet-period", "DRAIN_QUIET_PERIOD", cfg.DrainQuietPeriod,
@@ -205,6 +213,9 @@ func (c config) validate() error {
 	}
 	if !c.kubernetesMode() && c.AutoscalerURL != "" && !c.tokenSet() {
 		bad("AUTOSCALER_URL %q needs AUTOSCALER_TOKEN or AUTOSCALER_TOKEN_FILE: the autoscaler refuses activators without a token", c.AutoscalerURL)
+	}
+	if c.CallerQueueDepth > c.QueueDepth {
+		bad("CALLER_QUEUE_DEPTH %d exceeds QUEUE_DEPTH %d: one caller's share is at most the whole queue; lower it, or 0 for half", c.CallerQueueDepth, c.QueueDepth)
 	}
 	if c.DrainQuietPeriod > c.DrainTimeout {
 		bad("DRAIN_QUIET_PERIOD %s exceeds DRAIN_TIMEOUT %s: lower the quiet period or raise the timeout", c.DrainQuietPeriod, c.DrainTimeout)

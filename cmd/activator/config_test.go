@@ -100,3 +100,33 @@ func TestUsageListsKubernetesSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldLimits: MAX_HELD_REQUESTS and CALLER_QUEUE_DEPTH have their
+// defaults, and a caller's share larger than the queue is refused, naming
+// both settings.
+func TestHoldLimits(t *testing.T) {
+	cfg, err := parseConfig(nil, envOf("SERVICES_FILE", "/s.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxHeld != 10000 || cfg.CallerQueueDepth != 0 {
+		t.Errorf("defaults: MAX_HELD_REQUESTS %d CALLER_QUEUE_DEPTH %d, want 10000 and 0 (half the queue)", cfg.MaxHeld, cfg.CallerQueueDepth)
+	}
+	cfg, err = parseConfig(nil, envOf("SERVICES_FILE", "/s.json", "MAX_HELD_REQUESTS", "500", "CALLER_QUEUE_DEPTH", "20"))
+	if err != nil || cfg.MaxHeld != 500 || cfg.CallerQueueDepth != 20 {
+		t.Errorf("set: %d %d %v, want 500 20", cfg.MaxHeld, cfg.CallerQueueDepth, err)
+	}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"QUEUE_DEPTH", "10", "CALLER_QUEUE_DEPTH", "11"}, "CALLER_QUEUE_DEPTH 11 exceeds QUEUE_DEPTH 10"},
+		{[]string{"MAX_HELD_REQUESTS", "0"}, `invalid MAX_HELD_REQUESTS "0"`},
+		{[]string{"CALLER_QUEUE_DEPTH", "-1"}, `invalid CALLER_QUEUE_DEPTH "-1"`},
+	} {
+		_, err := parseConfig(nil, envOf(append([]string{"SERVICES_FILE", "/s.json"}, tc.env...)...))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.env, err, tc.want)
+		}
+	}
+}

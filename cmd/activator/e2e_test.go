@@ -470,3 +470,38 @@ func TestQueueDrainsInArrivalOrder(t *testing.T) {
 		t.Errorf("app max in flight %d, want ≤ %d", max, cc)
 	}
 }
+
+// TestSIGTERMAfterLoopbackDrainKeepsDraining: a drain started from inside
+// the pod (a POST from loopback, as an exec preStop hook would) and the
+// SIGTERM the kubelet sends after it are one drain: the in-flight request
+// is served and the activator exits 0, rather than taking the SIGTERM for
+// a second signal and stopping at once.
+func TestSIGTERMAfterLoopbackDrainKeepsDraining(t *testing.T) {
+	p := newPod(t)
+	a := startActivator(t, servicesJSON(0, p), "DRAIN_QUIET_PERIOD", "200ms", "DRAIN_TIMEOUT", "20s")
+	p.start(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var r result
+	wg.Go(func() { r = a.get(ctx, "?sleep=3s") })
+	proctest.Eventually(t, startTimeout, func() bool { in, _ := p.maxInFlight(t); return in == 1 }, "request never reached the app")
+	resp, err := http.Post(a.admin+network.DrainPath, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST %s from loopback: %d, want 202", network.DrainPath, resp.StatusCode)
+	}
+	if err := a.proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if r.err != nil || r.status != http.StatusOK {
+		t.Errorf("in-flight request: %d %v, want 200", r.status, r.err)
+	}
+	if exited, err := a.proc.Wait(startTimeout); !exited || err != nil {
+		t.Errorf("exited %v, err %v; want exit 0", exited, err)
+	}
+}

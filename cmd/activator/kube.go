@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/activatorsource"
 	"github.com/swell-run/swell/kube/apiserver"
@@ -50,6 +51,13 @@ func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
 		return nil, err
 	}
 	return &kubeMode{cfg: cfg, client: client, src: src, log: log}, nil
+}
+
+// configure sets what the activator needs from the cluster besides its
+// source: the namespace of each caller, by its address, so that a service
+// takes requests only from the callers it admits.
+func (k *kubeMode) configure(c *activator.Config) {
+	c.Callers, c.CallersHint = k.src.Callers(), kube.CallersHint
 }
 
 // token waits for the autoscaler token's Secret and reads it.

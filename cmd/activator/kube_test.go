@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/activatorsource"
 	"github.com/swell-run/swell/pkg/network"
@@ -141,4 +142,19 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	}
 	c.Close()
 	<-upgraded
+}
+
+// TestKubeModeKnowsCallers: in Kubernetes mode the activator knows each
+// caller's namespace from the cluster's pods, and its refusals say which
+// annotation admits more callers.
+func TestKubeModeKnowsCallers(t *testing.T) {
+	src, err := activatorsource.New(activatorsource.Config{Client: fake.NewClientset()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c activator.Config
+	(&kubeMode{src: src}).configure(&c)
+	if c.Callers == nil || !strings.Contains(c.CallersHint, kube.AnnotationAllowedCallers) {
+		t.Errorf("Callers %v, hint %q; want the source's directory and a hint naming %s", c.Callers, c.CallersHint, kube.AnnotationAllowedCallers)
+	}
 }

@@ -34,7 +34,6 @@ import (
 	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
-	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -95,11 +94,13 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	// needs the reporter (its Poke); the closure breaks the cycle. The
 	// reporter may only start later (tokenFromSecret), hence the atomic.
 	var rep atomic.Pointer[reporter.Reporter]
-	act, err := activator.New(activator.Config{
-		Source:        src,
-		ClusterDomain: cfg.ClusterDomain,
-		QueueDepth:    cfg.QueueDepth,
-		QueueTimeout:  cfg.RequestTimeout,
+	acfg := activator.Config{
+		Source:           src,
+		ClusterDomain:    cfg.ClusterDomain,
+		QueueDepth:       cfg.QueueDepth,
+		CallerQueueDepth: cfg.CallerQueueDepth,
+		MaxHeld:          cfg.MaxHeld,
+		QueueTimeout:     cfg.RequestTimeout,
 		Poke: func(key string) {
 			if r := rep.Load(); r != nil {
 				r.Poke(key)
@@ -107,7 +108,11 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		},
 		Registerer: reg,
 		Logger:     log,
-	})
+	}
+	if kmode != nil {
+		kmode.configure(&acfg)
+	}
+	act, err := activator.New(acfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -138,20 +143,13 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 
 	d := drain.New(clock.RealClock{}, cfg.DrainQuietPeriod, cfg.DrainTimeout)
-	serving := &http.Server{Handler: d.Handler(act), ReadHeaderTimeout: 30 * time.Second}
-	// HTTP/2 without TLS (prior knowledge) too, so gRPC clients reach
-	// their service through the activator as they do through a pod.
-	serving.Protocols = new(http.Protocols)
-	serving.Protocols.SetHTTP1(true)
-	serving.Protocols.SetUnencryptedHTTP2(true)
-	admin := &http.Server{Handler: adminHandler(d, act), ReadHeaderTimeout: 5 * time.Second}
-	metrics := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}
+	srvs := newServers(d.Handler(act), adminHandler(d, act), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 5)
-	for i, srv := range []*http.Server{serving, admin, metrics} {
+	for i, srv := range srvs.all() {
 		wg.Go(func() {
 			if err := srv.Serve(lns[i]); !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -228,6 +226,10 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 
 	code := 0
+	// A drain may have started before the first signal (from loopback,
+	// an exec preStop hook): that signal joins it. Only a second signal
+	// stops at once.
+	signalled := false
 wait:
 	for {
 		select {
@@ -244,8 +246,9 @@ wait:
 				}
 				continue
 			}
-			if !d.Draining() {
-				log.Info("signal received: draining", zap.Stringer("signal", sig))
+			if !signalled {
+				signalled = true
+				log.Info("signal received: draining", zap.Stringer("signal", sig), zap.Bool("alreadyDraining", d.Draining()))
 				d.Start()
 				continue
 			}
@@ -262,43 +265,10 @@ wait:
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
 	defer scancel()
-	for _, srv := range []*http.Server{serving, admin, metrics} {
+	for _, srv := range srvs.all() {
 		srv.Shutdown(sctx)
 	}
 	cancel()
 	wg.Wait()
 	return code
-}
-
-// adminHandler serves liveness, readiness and drain. Readiness waits for
-// the activator's first sync of the source (every listed service known to
-// it; in Kubernetes mode it starts once the caches synced), so a new
-// activator is not sent traffic it would 404.
-func adminHandler(d *drain.Drainer, act *activator.Activator) http.Handler {
-	ready := func() bool {
-		if d.Draining() {
-			return false
-		}
-		select {
-		case <-act.Synced():
-			return true
-		default:
-			return false
-		}
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc(healthzPath, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	mux.HandleFunc(network.ReadyPath, func(w http.ResponseWriter, r *http.Request) {
-		if !ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		io.WriteString(w, "ready\n")
-	})
-	mux.HandleFunc(network.DrainPath, func(w http.ResponseWriter, r *http.Request) {
-		d.Start()
-		w.WriteHeader(http.StatusAccepted)
-		io.WriteString(w, "draining\n")
-	})
-	return mux
 }

@@ -13,7 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -225,25 +224,31 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 
+	// Every server bounds how long a connection may take to send its
+	// headers and how long it may sit idle, so no caller holds the
+	// replica's goroutines for long; the webhooks' server has the bounds
+	// of package webhook besides. The activators' websockets, once
+	// upgraded, live as long as the activator keeps them.
 	servers := []struct {
 		port int
 		srv  *http.Server
 		tls  bool
 	}{
-		{cfg.Port, &http.Server{Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second}, false},
-		{cfg.WebhookPort, &http.Server{
-			Handler: hooks, ReadHeaderTimeout: 10 * time.Second,
-			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certMgr.GetCertificate},
-		}, true},
-		{cfg.AdminPort, &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second}, false},
-		{cfg.MetricsPort, &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second}, false},
+		{cfg.Port, &http.Server{Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, false},
+		{cfg.WebhookPort, nil, true},
+		{cfg.AdminPort, &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}, false},
+		{cfg.MetricsPort, &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}, false},
 	}
 	var wg sync.WaitGroup
 	errc := make(chan error, len(servers)+1)
-	for _, s := range servers {
+	for i, s := range servers {
 		ln, err := net.Listen("tcp", ":"+strconv.Itoa(s.port))
 		if err != nil {
 			return err
+		}
+		if s.srv == nil {
+			s.srv, ln = webhook.Server(hooks, ln, certMgr.GetCertificate)
+			servers[i].srv = s.srv
 		}
 		wg.Go(func() {
 			var err error

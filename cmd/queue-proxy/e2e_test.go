@@ -167,9 +167,11 @@ func TestOverflowGets503AndAdmittedComplete(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	// One request at the app, two queued behind it: the proxy is full.
+	// One request at the app, two queued behind it: the proxy is full. The
+	// first holds the app long enough for the others to queue behind it
+	// on a busy machine, where each look at the metrics takes a while.
 	admitted := make(chan result, 3)
-	go func() { admitted <- get(ctx, p.serve+"/?sleep=500ms") }()
+	go func() { admitted <- get(ctx, p.serve+"/?sleep=5s") }()
 	proctest.Eventually(t, startTimeout, func() bool { return p.appStats(t).InFlight == 1 }, "first request never reached the app")
 	for i := 1; i <= 2; i++ {
 		go func() { admitted <- get(ctx, p.serve+"/?sleep=10ms") }()

@@ -2,46 +2,72 @@ package activatorsource
 
 import (
 	"cmp"
+	"errors"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
 )
 
 // toService is the activator's view of the Deployment served by the
 // pods-Service svc, whose EndpointSlices are eps: the host names of the
-// Services Swell routes to it, its container concurrency, and every pod that
-// is not terminating, ready or not (the activator probes each before sending
-// it traffic). A bad container-concurrency annotation is logged and read as
-// 0 (unbounded): the pods still serve, the queue-proxy enforces the limit.
-func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, domain string, log *zap.Logger) activator.Service {
+// Services Swell routes to it, its container concurrency, who may call it
+// (besides its own namespace), and every pod that is not terminating,
+// ready or not (the activator probes each before sending it traffic).
+//
+// An annotation that does not parse comes back as an *autoscaling.Error
+// naming the key and the value (all of them, joined), and is read the safe
+// way meanwhile: a bad container concurrency as 0 (unbounded: the
+// queue-proxy enforces the limit), bad allowed callers as none but the
+// Deployment's own namespace, a name in the services list that is not a
+// Service's as no host.
+func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, domain string) (activator.Service, error) {
 	sv := activator.Service{Key: key}
-	for name := range strings.SplitSeq(svc.Annotations[kube.AnnotationServices], ",") {
-		if name = strings.TrimSpace(name); name != "" {
-			sv.Hosts = append(sv.Hosts, kube.HostNames(name, svc.Namespace, domain)...)
+	var errs []error
+	if v, ok := svc.Annotations[kube.AnnotationServices]; ok {
+		var bad []string
+		for name := range strings.SplitSeq(v, ",") {
+			switch name = strings.TrimSpace(name); {
+			case name == "":
+			case len(validation.IsDNS1035Label(name)) > 0:
+				bad = append(bad, strconv.Quote(name))
+			default:
+				sv.Hosts = append(sv.Hosts, kube.HostNames(name, svc.Namespace, domain)...)
+			}
+		}
+		if len(bad) > 0 {
+			errs = append(errs, &autoscaling.Error{Key: kube.AnnotationServices, Name: kube.AnnotationServices, Value: v,
+				Problem: "lists " + strings.Join(bad, ", ") + ", not a Service name", Accepted: "Service names separated by commas"})
 		}
 	}
 	if v, ok := svc.Annotations[kube.AnnotationContainerConcurrency]; ok {
 		cc, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || cc < 0 {
-			log.Warn("invalid container concurrency on a pods-Service; using 0 (unbounded): want an integer ≥ 0",
-				zap.String("service", svc.Namespace+"/"+svc.Name), zap.String("annotation", kube.AnnotationContainerConcurrency),
-				zap.String("value", v))
+			errs = append(errs, &autoscaling.Error{Key: kube.AnnotationContainerConcurrency, Name: kube.AnnotationContainerConcurrency, Value: v,
+				Problem: "is not an integer ≥ 0", Accepted: "an integer ≥ 0 (0: unbounded); the activator reads it as 0"})
 			cc = 0
 		}
 		sv.ContainerConcurrency = cc
 	}
+	if v, ok := svc.Annotations[kube.AnnotationAllowedCallers]; ok {
+		c, err := kube.ParseAllowedCallers(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		sv.Callers = activator.Callers{Any: c.Any, Namespaces: c.Namespaces}
+	}
 	sv.Pods = pods(eps)
-	return sv
+	return sv, errors.Join(errs...)
 }
 
 // pods lists the endpoints of eps that are not terminating, on the port
@@ -124,5 +150,6 @@ func portNamed(es *discoveryv1.EndpointSlice, name string) (string, bool) {
 // equal reports whether a and b would route the same.
 func equal(a, b activator.Service) bool {
 	return a.Key == b.Key && a.ContainerConcurrency == b.ContainerConcurrency &&
-		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.Pods, b.Pods)
+		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.Pods, b.Pods) &&
+		a.Callers.Any == b.Callers.Any && slices.Equal(a.Callers.Namespaces, b.Callers.Namespaces)
 }

@@ -1,16 +1,22 @@
 package activatorsource
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
 const (
@@ -22,7 +28,7 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 	svc := podsService("shop", "web",
 		kube.AnnotationServices, "cart, ,front,",
 		kube.AnnotationContainerConcurrency, "4")
-	got := toService(webKey, svc, nil, "corp.internal", zap.NewNop())
+	got, err := toService(webKey, svc, nil, "corp.internal")
 	want := activator.Service{
 		Key: webKey,
 		Hosts: []string{
@@ -31,34 +37,105 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 		},
 		ContainerConcurrency: 4,
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got %+v\nwant %+v", got, want)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, %v\nwant %+v", got, err, want)
 	}
 }
 
 func TestToServiceWithoutAnnotations(t *testing.T) {
-	got := toService(webKey, podsService("shop", "web"), nil, "cluster.local", zap.NewNop())
-	if want := (activator.Service{Key: webKey}); !reflect.DeepEqual(got, want) {
-		t.Errorf("got %+v, want %+v", got, want)
+	got, err := toService(webKey, podsService("shop", "web"), nil, "cluster.local")
+	if want := (activator.Service{Key: webKey}); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}
 }
 
-func TestBadContainerConcurrencyIsZeroAndLogged(t *testing.T) {
-	for _, v := range []string{"abc", "-1", "1.5", ""} {
-		core, logs := observer.New(zapcore.WarnLevel)
-		svc := podsService("shop", "web", kube.AnnotationContainerConcurrency, v)
-		got := toService(webKey, svc, nil, "cluster.local", zap.New(core))
-		if got.ContainerConcurrency != 0 {
-			t.Errorf("%q: container concurrency %d, want 0", v, got.ContainerConcurrency)
+// TestToServiceAllowedCallers: the allowed-callers annotation becomes the
+// service's Callers, namespaces sorted, each once.
+func TestToServiceAllowedCallers(t *testing.T) {
+	for v, want := range map[string]activator.Callers{
+		"":                             {},
+		"*":                            {Any: true},
+		" * ":                          {Any: true},
+		"ingress-nginx":                {Namespaces: []string{"ingress-nginx"}},
+		"monitoring, ingress-nginx ,a": {Namespaces: []string{"a", "ingress-nginx", "monitoring"}},
+		"b,a,b":                        {Namespaces: []string{"a", "b"}},
+	} {
+		got, err := toService(webKey, podsService("shop", "web", kube.AnnotationAllowedCallers, v), nil, "cluster.local")
+		if err != nil || !reflect.DeepEqual(got.Callers, want) {
+			t.Errorf("%s %q: callers %+v, %v; want %+v", kube.AnnotationAllowedCallers, v, got.Callers, err, want)
 		}
-		entries := logs.All()
-		if len(entries) != 1 {
-			t.Fatalf("%q: %d warnings, want 1", v, len(entries))
+	}
+}
+
+// TestToServiceBadAnnotations: an annotation that does not parse is
+// reported, naming the key and the value, all of them at once, and read
+// the safe way meanwhile: container concurrency 0, no other namespace
+// admitted, no host for a name that is not a Service's.
+func TestToServiceBadAnnotations(t *testing.T) {
+	for _, tc := range []struct {
+		key, value string
+		problem    string
+	}{
+		{kube.AnnotationContainerConcurrency, "abc", "integer"},
+		{kube.AnnotationContainerConcurrency, "-1", "integer"},
+		{kube.AnnotationContainerConcurrency, "1.5", "integer"},
+		{kube.AnnotationContainerConcurrency, "", "integer"},
+		{kube.AnnotationAllowedCallers, "*,ingress", "cannot be listed"},
+		{kube.AnnotationAllowedCallers, "a,,b", "entry 2 is empty"},
+		{kube.AnnotationAllowedCallers, "Ingress", `"Ingress" is not a namespace name`},
+		{kube.AnnotationAllowedCallers, "a b", `"a b" is not a namespace name`},
+		{kube.AnnotationAllowedCallers, ",", "entry 1 is empty; entry 2 is empty"},
+		{kube.AnnotationServices, "front,Back_end", `"Back_end", not a Service name`},
+	} {
+		svc := podsService("shop", "web", tc.key, tc.value, kube.AnnotationAllowedCallers+"x", "ignored")
+		got, err := toService(webKey, svc, nil, "cluster.local")
+		var ae *autoscaling.Error
+		if !errors.As(err, &ae) || ae.Key != tc.key || ae.Value != tc.value {
+			t.Errorf("%s %q: error %v, want one naming the key and the value", tc.key, tc.value, err)
+			continue
 		}
-		fields := entries[0].ContextMap()
-		if fields["service"] != "shop/"+kube.PodsServiceName("web") || fields["value"] != v {
-			t.Errorf("%q: warning fields %v, want the service and the value", v, fields)
+		if msg := err.Error(); !strings.Contains(msg, tc.key) || !strings.Contains(msg, strconv.Quote(tc.value)) || !strings.Contains(msg, tc.problem) {
+			t.Errorf("%s %q: %q, want it to name the key, the quoted value and %q", tc.key, tc.value, msg, tc.problem)
 		}
+		if got.ContainerConcurrency != 0 || got.Callers.Any || len(got.Callers.Namespaces) != 0 {
+			t.Errorf("%s %q: read as %+v, want the safe reading", tc.key, tc.value, got)
+		}
+		if tc.key == kube.AnnotationServices && !reflect.DeepEqual(got.Hosts, kube.HostNames("front", "shop", "cluster.local")) {
+			t.Errorf("%s %q: hosts %v, want front's only", tc.key, tc.value, got.Hosts)
+		}
+	}
+	// Every problem at once.
+	svc := podsService("shop", "web", kube.AnnotationContainerConcurrency, "x", kube.AnnotationAllowedCallers, "Y")
+	_, err := toService(webKey, svc, nil, "cluster.local")
+	for _, want := range []string{kube.AnnotationContainerConcurrency, kube.AnnotationAllowedCallers} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("two bad annotations: %v, want both named (%s)", err, want)
+		}
+	}
+}
+
+// TestBadAnnotationsLoggedOnce: the source logs a pods-Service's bad
+// annotations when they appear, naming the pods-Service and the problem,
+// and not again on every rebuild of the service.
+func TestBadAnnotationsLoggedOnce(t *testing.T) {
+	core, logs := observer.New(zapcore.WarnLevel)
+	web := podsService("shop", "web", kube.AnnotationAllowedCallers, "*,x")
+	es := endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", false, false))
+	src, client := startedWith(t, zap.New(core), web, es)
+	es.Endpoints = append(es.Endpoints, endpoint("10.0.0.2", "web-b", false, false))
+	if _, err := client.DiscoveryV1().EndpointSlices("shop").Update(bg, es, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "listed the second pod", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return len(sv.Pods) == 2
+	})
+	entries := logs.All()
+	if len(entries) != 1 {
+		t.Fatalf("%d log entries, want 1: %v", len(entries), entries)
+	}
+	if f := entries[0].ContextMap(); f["service"] != "shop/"+kube.PodsServiceName("web") || !strings.Contains(fmt.Sprint(f["error"]), kube.AnnotationAllowedCallers) {
+		t.Errorf("logged %v, want the pods-Service and the annotation's error", f)
 	}
 }
 

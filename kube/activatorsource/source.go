@@ -13,7 +13,10 @@
 // The source also follows the EndpointSlices of the Service
 // kube.AutoscalerService in Swell's system namespace, so that the activator
 // reaches the autoscaler holding the lead without cluster DNS or kube-proxy
-// (AutoscalerAddr).
+// (AutoscalerAddr), and every pod of the cluster, so that the activator
+// knows the namespace of a caller by its address (Callers) and serves only
+// callers a service admits: its own namespace's pods, and those of the
+// namespaces its kube.AnnotationAllowedCallers lists.
 package activatorsource
 
 import (
@@ -41,8 +44,8 @@ import (
 
 // Config configures a Source. Only Client is required.
 type Config struct {
-	// Client reads Services and EndpointSlices (list and watch, cluster
-	// wide).
+	// Client reads Services, EndpointSlices and Pods (list and watch,
+	// cluster wide).
 	Client kubernetes.Interface
 	// SystemNamespace is where the Service kube.AutoscalerService lives;
 	// kube.DefaultSystemNamespace if empty.
@@ -56,6 +59,9 @@ type Config struct {
 
 // byService indexes EndpointSlices by "<namespace>/<service name>".
 const byService = "service"
+
+// activePods selects the pods whose containers have not all ended.
+const activePods = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
 
 // Source is an activator.Source over the cluster's pods-Services. Create it
 // with New, start it with Run, and wait for WaitForSync before trusting
@@ -71,6 +77,7 @@ type Source struct {
 	autoscaler discoverylisters.EndpointSliceLister
 	// autoscalerChanged signals a change of the autoscaler's endpoints.
 	autoscalerChanged chan struct{}
+	callers           *podDirectory
 	synced            []cache.InformerSynced
 
 	changed chan struct{}
@@ -82,16 +89,21 @@ type Source struct {
 	byKey map[service.Key]activator.Service
 	list  []activator.Service // byKey sorted by key; rebuilt when stale
 	stale bool
+	// problems is what was last logged of each service's annotations, so
+	// that a problem is logged when it appears, not on every rebuild.
+	problems map[service.Key]string
 }
 
 // New returns a Source; its informers start with Run.
 //
-// Three informers, each listing only what it needs: Services labelled
+// Four informers, each listing only what it needs: Services labelled
 // kube.LabelDeployment; EndpointSlices labelled kube.LabelDeployment but not
 // kube.LabelRoute, which are the pods-Services' own slices, since
 // Kubernetes' EndpointSlice controller copies a Service's labels onto its
-// slices (Swell's route slices carry kube.LabelRoute); and, in the system
-// namespace, the slices of kube.AutoscalerService.
+// slices (Swell's route slices carry kube.LabelRoute); in the system
+// namespace, the slices of kube.AutoscalerService; and the pods that have
+// not ended, of which the cache keeps only names and addresses
+// (podTransform).
 func New(cfg Config) (*Source, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("activatorsource: Config.Client is nil")
@@ -103,6 +115,8 @@ func New(cfg Config) (*Source, error) {
 		changed:         make(chan struct{}, 1),
 		byKey:           map[service.Key]activator.Service{},
 		stale:           true,
+		problems:        map[service.Key]string{},
+		callers:         newPodDirectory(),
 	}
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -156,7 +170,18 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
-	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced}
+	// A pod that has ended no longer holds its address: the API server
+	// sends its deletion as it leaves the selection.
+	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = activePods }),
+		informers.WithTransform(podTransform))
+	s.factories = append(s.factories, podFactory)
+	podReg, err := podFactory.Core().V1().Pods().Informer().AddEventHandler(s.callers.handler())
+	if err != nil {
+		return nil, err
+	}
+
+	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced}
 	return s, nil
 }
 
@@ -201,6 +226,10 @@ func (s *Source) Services() []activator.Service {
 // Changed implements activator.Source. Signals coalesce: one pending
 // signal covers every change made before it is received.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
+
+// Callers tells the namespace of a caller by its address, from every pod
+// of the cluster (activator.Config.Callers).
+func (s *Source) Callers() activator.CallerDirectory { return s.callers }
 
 // AutoscalerChanged delivers a value after the autoscaler Service's
 // endpoints changed: a new leader published itself. Signals coalesce.
@@ -275,7 +304,16 @@ func (s *Source) sync(ns, d string) {
 		return
 	}
 	s.mu.Lock()
-	sv, ok := s.build(key)
+	sv, ok, problems := s.build(key)
+	if msg := errString(problems); msg != s.problems[key] {
+		if msg == "" {
+			delete(s.problems, key)
+		} else {
+			s.problems[key] = msg
+			s.log.Error("invalid annotations on a pods-Service; the activator reads them the safe way",
+				zap.String("service", key.Namespace+"/"+kube.PodsServiceName(key.Name)), zap.Error(problems))
+		}
+	}
 	old, had := s.byKey[key]
 	switch {
 	case !ok && !had, ok && had && equal(old, sv):
@@ -295,17 +333,18 @@ func (s *Source) sync(ns, d string) {
 }
 
 // build reads the service of the Deployment named by key from the caches;
-// false if it has no pods-Service.
-func (s *Source) build(key service.Key) (activator.Service, bool) {
+// false if it has no pods-Service. The error is toService's: what of the
+// pods-Service's annotations does not parse.
+func (s *Source) build(key service.Key) (activator.Service, bool, error) {
 	// Only the pods-Service: a Service the autoscaler routes carries the
 	// label too.
 	svc, err := s.services.Services(key.Namespace).Get(kube.PodsServiceName(key.Name))
 	if err != nil || svc.Labels[kube.LabelDeployment] != key.Name {
-		return activator.Service{}, false
+		return activator.Service{}, false, nil
 	}
 	objs, err := s.slices.ByIndex(byService, key.Namespace+"/"+svc.Name)
 	if err != nil {
-		return activator.Service{}, false
+		return activator.Service{}, false, nil
 	}
 	eps := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
@@ -313,7 +352,15 @@ func (s *Source) build(key service.Key) (activator.Service, bool) {
 			eps = append(eps, es)
 		}
 	}
-	return toService(key, svc, eps, s.domain, s.log), true
+	sv, err := toService(key, svc, eps, s.domain)
+	return sv, true, err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // sliceService is "<namespace>/<service name>" of the EndpointSlice obj, or

@@ -53,19 +53,22 @@ func TestSyncedSourceListsServices(t *testing.T) {
 }
 
 // TestListsOnlySwellObjects: the informers ask the API server only for
-// pods-Services, their slices, and the autoscaler's slices.
+// pods-Services, their slices, the autoscaler's slices, and the pods that
+// have not ended.
 func TestListsOnlySwellObjects(t *testing.T) {
 	_, client := started(t)
 	got := map[string]string{}
 	for _, a := range client.Actions() {
 		if l, ok := a.(clienttesting.ListAction); ok {
-			got[a.GetResource().Resource+" in "+a.GetNamespace()] = l.GetListRestrictions().Labels.String()
+			r := l.GetListRestrictions()
+			got[a.GetResource().Resource+" in "+a.GetNamespace()] = r.Labels.String() + " " + r.Fields.String()
 		}
 	}
 	want := map[string]string{
-		"services in ":       kube.LabelDeployment,
-		"endpointslices in ": kube.LabelDeployment + ",!" + kube.LabelRoute,
-		"endpointslices in " + kube.DefaultSystemNamespace: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService,
+		"services in ":       kube.LabelDeployment + " ",
+		"endpointslices in ": kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
+		"endpointslices in " + kube.DefaultSystemNamespace: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + " ",
+		"pods in ": " status.phase!=Failed,status.phase!=Succeeded",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("lists %v, want %v", got, want)

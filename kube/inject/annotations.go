@@ -52,6 +52,7 @@ var settable = []string{
 	AnnotationStreamIdleTimeout,
 	AnnotationQueueDepth,
 	AnnotationContainer,
+	kube.AnnotationAllowedCallers,
 }
 
 // known lists every swell.run/ key a workload may carry: the settable
@@ -161,6 +162,14 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 			bad(AnnotationContainer, "is empty", "the name of the app container")
 		}
 		s.container = name
+	}
+
+	// Read by the activator, not by injection; judged here so that a bad
+	// value is refused when applied rather than found later.
+	if v, ok := annotations[kube.AnnotationAllowedCallers]; ok {
+		if _, err := kube.ParseAllowedCallers(v); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return s, errors.Join(errs...)
 }

@@ -33,6 +33,13 @@ const (
 	PortNameMetrics = "swell-metrics"
 )
 
+// RunAsUser is the queue-proxy's user: 65532, the nonroot user of
+// distroless images. The queue-proxy is a static binary that reads and
+// writes no file, so it runs as any user; a number is given because the
+// kubelet can check only a numeric user against runAsNonRoot, whatever
+// user the image names.
+const RunAsUser = 65532
+
 // DrainQuietPeriod is the queue-proxy's quiet period (DRAIN_QUIET_PERIOD),
 // counted into the pod's termination grace period.
 const DrainQuietPeriod = 5 * time.Second
@@ -325,8 +332,11 @@ func isPort(c *corev1.Container, port intstr.IntOrString, userPort int32) bool {
 	return false
 }
 
-// drainHook asks the queue-proxy to drain and returns once it has, so the
-// app gets SIGTERM only when no request is left for it.
+// drainHook waits until the queue-proxy has drained, so the app gets
+// SIGTERM only when no request is left for it. The kubelet calls it from
+// the node, not from loopback, so the call does not start a drain: the
+// queue-proxy's own SIGTERM, sent at the same moment, does, and the call
+// answers once that drain has ended (docs/queue-proxy.md).
 func drainHook() *corev1.LifecycleHandler {
 	return &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
 		Path: network.DrainPath,
@@ -356,7 +366,7 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar
 	env = append(env, probeEnv...)
 	env = append(env, corev1.EnvVar{Name: "DRAIN_QUIET_PERIOD", Value: autoscaling.FormatDuration(DrainQuietPeriod)})
 
-	yes, no := true, false
+	yes, no, uid := true, false, int64(RunAsUser)
 	return corev1.Container{
 		Name:  ContainerName,
 		Image: cfg.Image,
@@ -376,11 +386,16 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar
 			TimeoutSeconds:   1,
 			FailureThreshold: 3,
 		},
+		// Everything the "restricted" Pod Security Standard asks of a
+		// container is set on the sidecar itself, so injection never makes
+		// a compliant pod non-compliant, whatever the pod-level context.
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             &yes,
+			RunAsUser:                &uid,
 			AllowPrivilegeEscalation: &no,
 			ReadOnlyRootFilesystem:   &yes,
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
 }

@@ -12,6 +12,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
 	"github.com/swell-run/swell/kube"
@@ -252,5 +254,87 @@ func TestKindOf(t *testing.T) {
 	}
 	if k, _ := KindOf(metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}); k.APIVersion() != "v1" {
 		t.Errorf("Pod's apiVersion %q", k.APIVersion())
+	}
+}
+
+// TestInjectedPodStaysRestricted: injection into a pod that meets the
+// "restricted" Pod Security Standard gives a pod that still meets it, so
+// opting in works in a namespace that enforces it. The checks are
+// Kubernetes' own (k8s.io/pod-security-admission), at the latest version.
+func TestInjectedPodStaysRestricted(t *testing.T) {
+	evaluator, err := policy.NewEvaluator(policy.DefaultChecks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restricted := api.LevelVersion{Level: api.LevelRestricted, Version: api.LatestVersion()}
+	violations := func(tpl *corev1.PodTemplateSpec) []string {
+		var out []string
+		for _, r := range evaluator.EvaluatePod(restricted, &tpl.ObjectMeta, &tpl.Spec) {
+			if !r.Allowed {
+				out = append(out, r.ForbiddenReason+": "+r.ForbiddenDetail)
+			}
+		}
+		return out
+	}
+	yes, no := true, false
+	locked := func() *corev1.SecurityContext {
+		return &corev1.SecurityContext{
+			RunAsNonRoot:             &yes,
+			AllowPrivilegeEscalation: &no,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+	for name, tpl := range map[string]corev1.PodTemplateSpec{
+		// Everything set on the app's container: nothing at the pod
+		// level covers the sidecar.
+		"container level": {Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "example/app:1", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+			SecurityContext: locked(),
+		}}}},
+		// Non-root and seccomp at the pod level, the rest per container.
+		"pod level": {Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   &yes,
+				RunAsUser:      ptr(int64(1000)),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "example/app:1",
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: &no,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tpl.Labels = map[string]string{kube.LabelEnabled: "true"}
+			if v := violations(&tpl); len(v) > 0 {
+				t.Fatalf("the app's pod is not restricted to begin with: %v", v)
+			}
+			if err := Template(metav1.ObjectMeta{}, &tpl, testConfig()); err != nil {
+				t.Fatal(err)
+			}
+			if v := violations(&tpl); len(v) > 0 {
+				t.Errorf("the injected pod violates the restricted profile:\n%s", strings.Join(v, "\n"))
+			}
+			qp := tpl.Spec.Containers[len(tpl.Spec.Containers)-1].SecurityContext
+			if qp.RunAsUser == nil || *qp.RunAsUser != 65532 {
+				t.Errorf("queue-proxy runAsUser %v, want 65532 (distroless nonroot)", qp.RunAsUser)
+			}
+		})
+	}
+}
+
+// TestAllowedCallersJudgedAtAdmission: the activator's allowed callers
+// are a key injection knows, and a bad value is refused when applied.
+func TestAllowedCallersJudgedAtAdmission(t *testing.T) {
+	if _, err := parseSettings(map[string]string{kube.AnnotationAllowedCallers: "ingress-nginx,monitoring"}, autoscaling.DefaultDefaults()); err != nil {
+		t.Fatalf("a list of namespaces refused: %v", err)
+	}
+	_, err := parseSettings(map[string]string{kube.AnnotationAllowedCallers: "*,Kube System"}, autoscaling.DefaultDefaults())
+	if err == nil || !strings.Contains(err.Error(), kube.AnnotationAllowedCallers) || !strings.Contains(err.Error(), `"Kube System" is not a namespace name`) {
+		t.Fatalf("a bad value: %v, want an error naming the key and the problem", err)
 	}
 }

@@ -659,7 +659,7 @@ func TestNewRouterReportsTheRouteInEffect(t *testing.T) {
 		old.Endpoints[i].TargetRef = nil
 	}
 	d := webDeployment()
-	pods := podsService(d, []string{"web"}, "4")
+	pods := podsService(d, []string{"web"}, map[string]string{kube.AnnotationContainerConcurrency: "4"})
 	h := newHarness(t, d, svc, pods, old, twoPods(), act)
 
 	eff, req := h.r.Route(web)
@@ -739,7 +739,8 @@ func TestPodsService(t *testing.T) {
 	h.sync()
 	p := h.service(kube.PodsServiceName("web"))
 	equal(t, "labels", p.Labels, map[string]string{kube.LabelDeployment: "web", kube.LabelManagedBy: kube.ManagedBy})
-	equal(t, "annotations", p.Annotations, map[string]string{kube.AnnotationServices: "api,web", kube.AnnotationContainerConcurrency: "4"})
+	equal(t, "annotations", p.Annotations, map[string]string{kube.AnnotationServices: "api,web", kube.AnnotationContainerConcurrency: "4",
+		kube.AnnotationAllowedCallers: ""})
 	equal(t, "owner", p.OwnerReferences, []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-web", Controller: ptr.To(true)}})
 	equal(t, "cluster IP", p.Spec.ClusterIP, corev1.ClusterIPNone)
 	equal(t, "selector", p.Spec.Selector, map[string]string{"app": "web"})
@@ -779,7 +780,30 @@ func TestPodsService(t *testing.T) {
 	h.sync()
 	equal(t, "writes", h.writes(), []string{"update services web-swell-pods", "delete endpointslices api-swell"})
 	equal(t, "annotations", h.service(kube.PodsServiceName("web")).Annotations,
-		map[string]string{kube.AnnotationServices: "web", kube.AnnotationContainerConcurrency: "0"})
+		map[string]string{kube.AnnotationServices: "web", kube.AnnotationContainerConcurrency: "0", kube.AnnotationAllowedCallers: ""})
+
+	// The callers allowed are copied, validated; a bad value keeps the
+	// previous one, with both problems in one warning.
+	d.Annotations[kube.AnnotationAllowedCallers] = "ingress-nginx, monitoring"
+	if _, err := h.client.AppsV1().Deployments(ns).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.events()
+	h.sync()
+	equal(t, "callers", h.service(kube.PodsServiceName("web")).Annotations[kube.AnnotationAllowedCallers], "ingress-nginx,monitoring")
+	d.Annotations[kube.AnnotationAllowedCallers] = "Not A Namespace"
+	d.Annotations["swell.run/container-concurrency"] = "lots"
+	if _, err := h.client.AppsV1().Deployments(ns).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.writes()
+	h.sync()
+	equal(t, "writes", h.writes(), []string(nil))
+	events = h.events()
+	if len(events) != 1 || !strings.Contains(events[0], kube.AnnotationAllowedCallers) || !strings.Contains(events[0], "container-concurrency") ||
+		!strings.HasSuffix(events[0], "keeps container concurrency 0 and callers ingress-nginx,monitoring") {
+		t.Errorf("events = %q, want one warning naming both keys and keeping both values", events)
+	}
 }
 
 func TestInvalidContainerConcurrencyWithoutPrevious(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -57,6 +59,15 @@ func savedSelector(svc *corev1.Service) (map[string]string, error) {
 	var sel map[string]string
 	if err := json.Unmarshal([]byte(raw), &sel); err != nil || len(sel) == 0 {
 		return nil, fmt.Errorf("annotation %s: %q is not a selector; accepted: a JSON object of labels", kube.AnnotationSelector, raw)
+	}
+	// Anyone who may edit the Service may edit the annotation: what is
+	// given back as the Service's selector must be one the API server
+	// takes, or giving it back would fail for ever.
+	for k, v := range sel {
+		if errs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(errs) > 0 {
+			return nil, fmt.Errorf("annotation %s: label %q=%q: %s; accepted: a JSON object of valid label keys and values",
+				kube.AnnotationSelector, k, v, strings.Join(errs, "; "))
+		}
 	}
 	return sel, nil
 }

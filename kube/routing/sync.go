@@ -433,7 +433,7 @@ func (r *Router) ensurePodsService(ctx context.Context, d *appsv1.Deployment, se
 	case err != nil:
 		return err
 	}
-	want := podsService(d, services, r.containerConcurrency(d, cur))
+	want := podsService(d, services, r.copiedAnnotations(d, cur))
 	if cur == nil {
 		_, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -470,29 +470,63 @@ func (r *Router) ensurePodsService(ctx context.Context, d *appsv1.Deployment, se
 	return nil
 }
 
-// containerConcurrency is the pods-Service's container-concurrency
-// annotation for d: d's, or, when d's does not parse, the one it had.
-func (r *Router) containerConcurrency(d *appsv1.Deployment, cur *corev1.Service) string {
+// copiedAnnotations are the annotations of d the activator reads, as the
+// pods-Service carries them for it, validated: container concurrency and
+// the callers allowed. One that does not parse keeps the value the
+// pods-Service had (its default when it had none that parses), with one
+// warning on d for every problem.
+func (r *Router) copiedAnnotations(d *appsv1.Deployment, cur *corev1.Service) map[string]string {
+	var prev map[string]string
+	if cur != nil {
+		prev = cur.Annotations
+	}
+	out := map[string]string{}
+	var errs []error
+	var kept []string
+
 	cc, err := autoscaling.ParseContainerConcurrency(d.Annotations)
 	if err == nil {
-		r.unwarn(d.UID, ReasonInvalidAnnotations)
-		return strconv.Itoa(cc)
-	}
-	prev := "0"
-	if cur != nil {
-		if v, ok := cur.Annotations[kube.AnnotationContainerConcurrency]; ok {
-			if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-				prev = v
-			}
+		out[kube.AnnotationContainerConcurrency] = strconv.Itoa(cc)
+	} else {
+		v := "0"
+		if n, perr := strconv.Atoi(prev[kube.AnnotationContainerConcurrency]); perr == nil && n >= 0 {
+			v = prev[kube.AnnotationContainerConcurrency]
 		}
+		out[kube.AnnotationContainerConcurrency] = v
+		errs = append(errs, err)
+		kept = append(kept, "container concurrency "+v)
 	}
-	r.warn(d, d.UID, ReasonInvalidAnnotations, "Deployment %s/%s: %v; the activator keeps container concurrency %s",
-		d.Namespace, d.Name, err, prev)
-	return prev
+
+	callers, err := kube.ParseAllowedCallers(d.Annotations[kube.AnnotationAllowedCallers])
+	if err == nil {
+		out[kube.AnnotationAllowedCallers] = callers.String()
+	} else {
+		// Fails closed: the previous value if it still parses, else only
+		// the Deployment's own namespace.
+		v := ""
+		if c, perr := kube.ParseAllowedCallers(prev[kube.AnnotationAllowedCallers]); perr == nil {
+			v = c.String()
+		}
+		out[kube.AnnotationAllowedCallers] = v
+		errs = append(errs, err)
+		shown := v
+		if shown == "" {
+			shown = "none but its own namespace"
+		}
+		kept = append(kept, "callers "+shown)
+	}
+
+	if len(errs) == 0 {
+		r.unwarn(d.UID, ReasonInvalidAnnotations)
+	} else {
+		r.warn(d, d.UID, ReasonInvalidAnnotations, "Deployment %s/%s: %v; the activator keeps %s",
+			d.Namespace, d.Name, errors.Join(errs...), strings.Join(kept, " and "))
+	}
+	return out
 }
 
 // podsService is d's pods-Service.
-func podsService(d *appsv1.Deployment, services []string, cc string) *corev1.Service {
+func podsService(d *appsv1.Deployment, services []string, copied map[string]string) *corev1.Service {
 	sel := d.Spec.Template.Labels
 	if d.Spec.Selector != nil && len(d.Spec.Selector.MatchLabels) > 0 {
 		sel = d.Spec.Selector.MatchLabels
@@ -507,7 +541,8 @@ func podsService(d *appsv1.Deployment, services []string, cc string) *corev1.Ser
 			},
 			Annotations: map[string]string{
 				kube.AnnotationServices:             strings.Join(services, ","),
-				kube.AnnotationContainerConcurrency: cc,
+				kube.AnnotationContainerConcurrency: copied[kube.AnnotationContainerConcurrency],
+				kube.AnnotationAllowedCallers:       copied[kube.AnnotationAllowedCallers],
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr.To(true),

@@ -4,6 +4,7 @@ package network
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -11,6 +12,12 @@ import (
 // Headers Swell sets or reads. Canonical MIME form, so map lookups on
 // http.Header need no canonicalisation.
 const (
+	// HeaderPrefix starts the name of every header Swell defines (the
+	// kubelet's KubeletProbeHeader is Kubernetes'). They are for the data
+	// plane only: the queue-proxy removes every request header with this
+	// prefix before the app sees the request.
+	HeaderPrefix = "Swell-"
+
 	// ProxyHeader is set by the activator on every request it forwards to a
 	// pod (value ProxyActivator). The queue-proxy counts such requests
 	// separately, so the autoscaler can subtract what the activator already
@@ -40,8 +47,11 @@ const (
 	// short machine-readable reason such as "queue-full".
 	ReasonHeader = "Swell-Reason"
 
-	// ServiceHeader names the service a request is for, as
-	// "namespace/name", overriding routing by Host at the activator.
+	// ServiceHeader names the service a request is for, as a service
+	// name, at `swell local`'s front door, which is the user's own. The
+	// activator never routes by it (a client could route into any
+	// namespace with it), and it is stripped, as every Swell-* header a
+	// client sends, before a pod sees the request.
 	ServiceHeader = "Swell-Service"
 )
 
@@ -57,8 +67,18 @@ const (
 )
 
 // ReasonUnknownService is the activator's reason for a 404: the request's
-// Host or ServiceHeader names no service it knows.
+// Host (or, at swell local's front door, ServiceHeader) names no service
+// it knows.
 const ReasonUnknownService = "unknown-service"
+
+// ReasonCallerNotAllowed is the activator's reason for a 403: the caller
+// is no pod of a namespace the service admits (on Kubernetes: its own, and
+// those its Deployment's swell.run/allowed-callers annotation lists).
+const ReasonCallerNotAllowed = "caller-not-allowed"
+
+// ReasonBusy is the Swell-Reason of a 503 from a server that has as many
+// requests in hand as it takes at once (the admission webhooks).
+const ReasonBusy = "busy"
 
 // Default ports of the queue-proxy (the same numbers as Knative's, so
 // dashboards and habits carry over).
@@ -79,8 +99,10 @@ const (
 	// ReadyPath on the admin port answers 200 while the pod should receive
 	// traffic; it is what the pod's readinessProbe calls.
 	ReadyPath = "/ready"
-	// DrainPath on the admin port starts a drain and returns once the
-	// queue-proxy has drained; it is what a preStop hook calls.
+	// DrainPath on the admin port answers once the queue-proxy has
+	// drained; it is what the app's preStop hook calls. Only a caller on
+	// loopback (IsFromLoopback) starts a drain with it; any other caller
+	// only waits for one that SIGTERM started (docs/queue-proxy.md).
 	DrainPath = "/drain"
 )
 
@@ -110,6 +132,18 @@ func IsProbe(r *http.Request) bool {
 // IsFromActivator reports whether r was forwarded by the activator.
 func IsFromActivator(r *http.Request) bool {
 	return r.Header.Get(ProxyHeader) == ProxyActivator
+}
+
+// IsFromLoopback reports whether r arrived from a loopback address
+// (127.0.0.0/8 or ::1, IPv4-mapped included): from a process in the same
+// network namespace — in Kubernetes a container of the same pod, an exec
+// hook, or kubectl port-forward — and not from anywhere on the network.
+// It reads only the connection's peer address (r.RemoteAddr, set by the
+// server), never a header, so no client can claim it; Linux drops packets
+// with a loopback source that arrive on any other interface.
+func IsFromLoopback(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
 
 // The bounds of a request timeout (the queue-proxy's REQUEST_TIMEOUT, the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,20 @@ func Chain(last http.Handler, stages ...func(http.Handler) http.Handler) http.Ha
 		}
 	}
 	return h
+}
+
+// StripSwellHeaders removes every header of Swell's own
+// (network.HeaderPrefix) from h: they speak to the data plane, and any
+// client can send them, so none may pass on to an app as Swell's word, and
+// none from a client may reach a pod as if the activator had set it (the
+// activator sets its own after). Names are compared without regard to
+// case, so no spelling slips through; it allocates nothing.
+func StripSwellHeaders(h http.Header) {
+	for k := range h {
+		if len(k) >= len(network.HeaderPrefix) && strings.EqualFold(k[:len(network.HeaderPrefix)], network.HeaderPrefix) {
+			delete(h, k)
+		}
+	}
 }
 
 // TransportConfig tunes NewTransport for its upstreams.

@@ -86,9 +86,19 @@ type Model struct {
 	PerToken time.Duration
 }
 
-// ServiceTime is Base + PerToken × generatedTokens.
-func (m Model) ServiceTime(generatedTokens int) time.Duration {
-	return m.Base + time.Duration(generatedTokens)*m.PerToken
+// ServiceTime is Base + PerToken × generatedTokens, or an error when that
+// is negative or more than a time.Duration holds (about 292 years): a
+// token count from a file is not trusted to be sane.
+func (m Model) ServiceTime(generatedTokens int) (time.Duration, error) {
+	if generatedTokens < 0 || m.Base < 0 || m.PerToken < 0 {
+		return 0, fmt.Errorf("service time of %d tokens at %v + %v per token: negative; accepted: 0 or more tokens, a base and a cost per token of 0 or more",
+			generatedTokens, m.Base, m.PerToken)
+	}
+	if m.PerToken > 0 && int64(generatedTokens) > (math.MaxInt64-int64(m.Base))/int64(m.PerToken) {
+		return 0, fmt.Errorf("service time of %d tokens at %v + %v per token: too long; accepted: at most %d tokens at that cost",
+			generatedTokens, m.Base, m.PerToken, (math.MaxInt64-int64(m.Base))/int64(m.PerToken))
+	}
+	return m.Base + time.Duration(generatedTokens)*m.PerToken, nil
 }
 
 // ParseError is a malformed trace line.
@@ -227,12 +237,16 @@ func (r *Reader) parseTokens(line string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
+	svc, err := r.model.ServiceTime(genTokens)
+	if err != nil {
+		return Record{}, fmt.Errorf("GeneratedTokens %q: %w", f[2], err)
+	}
 	if !r.started {
 		r.first = ts
 	}
 	return Record{
 		Arrival:         ts.Sub(r.first),
-		ServiceTime:     r.model.ServiceTime(genTokens),
+		ServiceTime:     svc,
 		ContextTokens:   ctxTokens,
 		GeneratedTokens: genTokens,
 	}, nil

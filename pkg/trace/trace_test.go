@@ -209,3 +209,39 @@ func BenchmarkReadTokens(b *testing.B) {
 		}
 	}
 }
+
+// TestTokenCountsCannotOverflow: a token count whose service time is more
+// than a time.Duration holds is refused with the row's line, not turned
+// into a negative service time.
+func TestTokenCountsCannotOverflow(t *testing.T) {
+	in := HeaderTokens + "\n2023-11-16 18:15:46.6805900,1,10000000000000\n"
+	_, err := ReadAll(strings.NewReader(in), Model{Base: 5 * time.Millisecond, PerToken: 20 * time.Millisecond})
+	var pe *ParseError
+	if !errors.As(err, &pe) || pe.Line != 2 || !strings.Contains(err.Error(), "GeneratedTokens") || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("10¹³ tokens at 20ms each: %v, want a line-2 error saying the service time is too long", err)
+	}
+}
+
+// FuzzRead: whatever a trace file holds, reading it never panics, and every
+// record it yields has an arrival and a service time of 0 or more, in
+// arrival order.
+func FuzzRead(f *testing.F) {
+	f.Add(HeaderTokens + "\n2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+	f.Add(HeaderService + "\n0,0.5\n1.25,2\n")
+	f.Add(HeaderTokens + "\n2023-11-16 18:15:46.6805900,1,10000000000000\n")
+	f.Add(HeaderService + "\n1e300,1\n")
+	f.Add("\uFEFF" + HeaderService + "\r\n\r\n0,0\r\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		tr, err := ReadAll(strings.NewReader(in), Model{Base: 5 * time.Millisecond, PerToken: 20 * time.Millisecond})
+		if err != nil {
+			return
+		}
+		var last time.Duration
+		for i, r := range tr.Records {
+			if r.ServiceTime < 0 || r.Arrival < 0 || r.Arrival < last {
+				t.Fatalf("record %d: %+v after arrival %v", i, r, last)
+			}
+			last = r.Arrival
+		}
+	})
+}

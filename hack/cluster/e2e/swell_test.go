@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -33,6 +34,7 @@ import (
 const (
 	swellNamespace   = "swell-system"
 	labelEnabled     = "swell.run/enabled"
+	allowedCallers   = "swell.run/allowed-callers"
 	labelRoute       = "swell.run/route"
 	annotationStatus = "swell.run/status"
 	annotationSel    = "swell.run/selector"
@@ -150,7 +152,11 @@ func swellHello(name string, replicas *int32, annotations map[string]string) *ap
 	// The template's labels are a map of their own: the selector keeps
 	// only app.
 	d.Spec.Template.Labels = map[string]string{"app": name, labelEnabled: "true"}
-	d.Annotations = annotations
+	// The suite's requests come from the test process on the node, which
+	// is no pod: the activator admits such a caller only when the
+	// Deployment allows any (docs/security.md).
+	d.Annotations = map[string]string{allowedCallers: "*"}
+	maps.Copy(d.Annotations, annotations)
 	return d
 }
 

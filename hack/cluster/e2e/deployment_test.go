@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/client-go/util/retry"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -238,13 +241,21 @@ func running(pid int) bool {
 func (e *env) scale(name string, replicas int32) {
 	e.t.Helper()
 	deployments := e.cs.AppsV1().Deployments(e.ns)
-	s, err := deployments.GetScale(e.t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		e.t.Fatalf("get scale of %s: %v", name, err)
-	}
-	from := s.Spec.Replicas
-	s.Spec.Replicas = replicas
-	s, err = deployments.UpdateScale(e.t.Context(), name, s, metav1.UpdateOptions{})
+	var s *autoscalingv1.Scale
+	var from int32
+	// The Scale carries the Deployment's resourceVersion, which the
+	// deployment controller moves as it writes the status: a conflict is
+	// retried on a fresh read, as every client of the subresource does.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := deployments.GetScale(e.t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		from = cur.Spec.Replicas
+		cur.Spec.Replicas = replicas
+		s, err = deployments.UpdateScale(e.t.Context(), name, cur, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
 		e.t.Fatalf("scale %s from %d to %d: %v", name, from, replicas, err)
 	}

@@ -66,7 +66,7 @@ type Config struct {
 	// to SetPods.
 	Collector collector.Config
 	// Endpoint configures the websocket endpoint activators report to.
-	// Without Tokens there is none, and the autoscaler sees nothing the
+	// Without Tokens or an Authenticator there is none, and the autoscaler sees nothing the
 	// activators hold: no pokes, and no pending requests to keep a service
 	// from scaling to zero. That suits tests and tools, never a cluster.
 	// Sink, OnPoke, Logger and Registerer are the Autoscaler's.
@@ -131,7 +131,7 @@ type Autoscaler struct {
 	exec      *scaler.Executor
 	collector *collector.Collector
 	acts      *collector.Activators
-	endpoint  *collector.ActivatorEndpoint // nil without tokens
+	endpoint  *collector.ActivatorEndpoint // nil without tokens or an authenticator
 	metrics   *metrics
 	onNotable func(Notable)
 
@@ -278,7 +278,7 @@ func New(cfg Config) (*Autoscaler, error) {
 		return nil, fmt.Errorf("autoscaler: %w", err)
 	}
 
-	if len(cfg.Endpoint.Tokens) > 0 {
+	if len(cfg.Endpoint.Tokens) > 0 || cfg.Endpoint.Authenticator != nil {
 		ec := cfg.Endpoint
 		ec.Sink = a.acts
 		ec.OnPoke = a.pokeName

@@ -92,12 +92,18 @@ const (
 	// WebhookConfiguration names both the mutating and the validating
 	// webhook configuration.
 	WebhookConfiguration = "swell-webhook"
-	// WebhookCertSecret holds the webhook's CA and serving certificate.
+	// WebhookCertSecret holds the CA and the serving certificate of the
+	// autoscaler's TLS servers (the webhooks' and the activators').
 	WebhookCertSecret = "swell-webhook-certs"
-	// ActivatorTokenSecret holds, under ActivatorTokenKey, the token the
-	// activators present to the autoscaler.
-	ActivatorTokenSecret = "swell-activator-token"
-	ActivatorTokenKey    = "token"
+	// CAConfigMap holds, under CAConfigMapKey, the PEM bundle of the CAs
+	// that sign the autoscaler's serving certificate: the activators trust
+	// it when they dial the autoscaler.
+	CAConfigMap    = "swell-ca"
+	CAConfigMapKey = "ca.crt"
+	// ActivatorServiceAccount is the activators' service account: the
+	// autoscaler accepts a report only with a token of it bound to the pod
+	// the report names.
+	ActivatorServiceAccount = "activator"
 	// DefaultsConfigMap holds the cluster-wide autoscaling defaults.
 	DefaultsConfigMap = "swell-defaults"
 	// LeaseName is the autoscalers' leader election lock.

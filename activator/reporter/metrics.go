@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swell_activator_reporter_dials_total",
-			Help: "Connection attempts to the autoscaler by result: ok, unauthorized, status, error.",
+			Help: "Connection attempts to the autoscaler by result: ok, unauthorized, status, error, no-token (the token file could not be read).",
 		}, []string{"result"}),
 		frames: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swell_activator_reporter_frames_total",

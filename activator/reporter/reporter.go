@@ -7,9 +7,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -52,13 +55,19 @@ const (
 	DefaultDialTimeout = 5 * time.Second
 )
 
-// Config configures a Reporter. URL, Token, Name and Source are required.
+// Config configures a Reporter. URL, Name, Source and one of Token and
+// TokenFile are required.
 type Config struct {
 	// URL is the autoscaler's activator endpoint, e.g.
 	// "ws://autoscaler:8080/activator" (network.ActivatorReportPath).
 	URL string
 	// Token is sent as "Authorization: Bearer <Token>".
 	Token string
+	// TokenFile, instead, holds the token and is read again before each
+	// connection, so a token replaced in the file (a service-account token
+	// the kubelet renews, a rotated secret) is the one presented next; a
+	// refusal (401) is followed by a new connection, hence a new read.
+	TokenFile string
 	// Name is the activator's name (its pod name), sent in the hello.
 	Name string
 	// Source gives the per-service figures each period.
@@ -91,7 +100,8 @@ type Config struct {
 // and never blocks on the network.
 type Reporter struct {
 	url, name  string
-	header     http.Header
+	token      string // static; "" when read from tokenFile
+	tokenFile  string
 	src        Source
 	clock      clock.WithTicker
 	period     time.Duration
@@ -126,8 +136,10 @@ func New(cfg Config) (*Reporter, error) {
 	switch {
 	case cfg.URL == "":
 		return nil, errors.New("activator reporter: Config.URL is required")
-	case cfg.Token == "":
-		return nil, errors.New("activator reporter: Config.Token is required")
+	case cfg.Token == "" && cfg.TokenFile == "":
+		return nil, errors.New("activator reporter: Config.Token or Config.TokenFile is required")
+	case cfg.Token != "" && cfg.TokenFile != "":
+		return nil, errors.New("activator reporter: Config.Token and Config.TokenFile are exclusive")
 	case cfg.Source == nil:
 		return nil, errors.New("activator reporter: Config.Source is required")
 	}
@@ -135,24 +147,25 @@ func New(cfg Config) (*Reporter, error) {
 		return nil, fmt.Errorf("activator reporter: name %q: %w", cfg.Name, err)
 	}
 	r := &Reporter{
-		url:      cfg.URL,
-		name:     cfg.Name,
-		header:   http.Header{"Authorization": {"Bearer " + cfg.Token}},
-		src:      cfg.Source,
-		clock:    cfg.Clock,
-		period:   cmpOr(cfg.Period, DefaultPeriod),
-		writeTO:  cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
-		readTO:   cmpOr(cfg.ReadTimeout, DefaultReadTimeout),
-		minB:     cmpOr(cfg.MinBackoff, DefaultMinBackoff),
-		maxB:     cmpOr(cfg.MaxBackoff, DefaultMaxBackoff),
-		maxPokes: cmpOr(cfg.MaxPendingPokes, DefaultMaxPendingPokes),
-		dialer:   cfg.Dialer,
-		log:      cfg.Logger,
-		pokeWake: make(chan struct{}, 1),
-		redial:   make(chan struct{}, 1),
-		pokes:    make(map[string]struct{}),
-		reported: make(map[string]struct{}),
-		current:  make(map[string]struct{}),
+		url:       cfg.URL,
+		name:      cfg.Name,
+		token:     cfg.Token,
+		tokenFile: cfg.TokenFile,
+		src:       cfg.Source,
+		clock:     cfg.Clock,
+		period:    cmpOr(cfg.Period, DefaultPeriod),
+		writeTO:   cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
+		readTO:    cmpOr(cfg.ReadTimeout, DefaultReadTimeout),
+		minB:      cmpOr(cfg.MinBackoff, DefaultMinBackoff),
+		maxB:      cmpOr(cfg.MaxBackoff, DefaultMaxBackoff),
+		maxPokes:  cmpOr(cfg.MaxPendingPokes, DefaultMaxPendingPokes),
+		dialer:    cfg.Dialer,
+		log:       cfg.Logger,
+		pokeWake:  make(chan struct{}, 1),
+		redial:    make(chan struct{}, 1),
+		pokes:     make(map[string]struct{}),
+		reported:  make(map[string]struct{}),
+		current:   make(map[string]struct{}),
 	}
 	if r.maxB < r.minB {
 		return nil, fmt.Errorf("activator reporter: MaxBackoff %v is below MinBackoff %v", r.maxB, r.minB)
@@ -303,10 +316,43 @@ func (e *dialError) Error() string {
 
 func (e *dialError) Unwrap() error { return e.err }
 
+// maxTokenFile bounds a token file's size: a service-account token is a
+// few KiB at most.
+const maxTokenFile = 64 << 10
+
+// bearer returns the token to present now: the static one, or the token
+// file's content, read now and trimmed.
+func (r *Reporter) bearer() (string, error) {
+	if r.tokenFile == "" {
+		return r.token, nil
+	}
+	f, err := os.Open(r.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("read the token file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	switch t := strings.TrimSpace(string(b)); {
+	case err != nil:
+		return "", fmt.Errorf("read the token file %s: %w", r.tokenFile, err)
+	case len(b) > maxTokenFile:
+		return "", fmt.Errorf("token file %s is larger than %d bytes", r.tokenFile, maxTokenFile)
+	case t == "":
+		return "", fmt.Errorf("token file %s is empty", r.tokenFile)
+	default:
+		return t, nil
+	}
+}
+
 func (r *Reporter) dial(ctx context.Context) (*websocket.Conn, error) {
+	token, err := r.bearer()
+	if err != nil {
+		r.metrics.dials.WithLabelValues("no-token").Inc()
+		return nil, &dialError{err: err}
+	}
 	dctx, cancel := context.WithTimeout(ctx, DefaultDialTimeout)
 	defer cancel()
-	ws, resp, err := r.dialer.DialContext(dctx, r.url, r.header)
+	ws, resp, err := r.dialer.DialContext(dctx, r.url, http.Header{"Authorization": {"Bearer " + token}})
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}
@@ -337,8 +383,8 @@ func (r *Reporter) logFailure(err error) {
 	var ce *websocket.CloseError
 	switch {
 	case errors.As(err, &de) && de.status == http.StatusUnauthorized:
-		r.log.Error("the autoscaler refused the activator's bearer token (401); check that both read the same token Secret",
-			zap.String("url", r.url))
+		r.log.Error("the autoscaler refused the activator's bearer token (401); the token is read again for the next connection",
+			zap.String("url", r.url), zap.String("tokenFile", r.tokenFile))
 	case errors.As(err, &ce):
 		r.log.Warn("the autoscaler closed the connection", zap.Int("code", ce.Code), zap.String("reason", ce.Text))
 	default:

@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -304,6 +306,37 @@ func TestWrongTokenBacksOffAndRetries(t *testing.T) {
 	}
 }
 
+// TestTokenFileReadAtEachDial: a token replaced in its file (rotated, or
+// renewed by the kubelet) is the one the next connection presents, so an
+// activator refused with an old token recovers without a restart. A
+// missing file is a failed dial, retried like any other.
+func TestTokenFileReadAtEachDial(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("the-token-before-the-rotation\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, func(c *Config) { c.Token, c.TokenFile = "", file })
+	r.start(t)
+	if st := recv(t, r.attempts, "upgrade attempt"); st != http.StatusUnauthorized {
+		t.Fatalf("old token answered %d, want 401", st)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, r.clock.timers, "backoff timer")
+	r.clock.Step(first)
+	second := recv(t, r.clock.timers, "backoff timer")
+	if err := os.WriteFile(file, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Step(second)
+	// The first report covers the time since the reporter started.
+	r.connected(t, 0, first+second)
+	if got := value(t, r.rep.metrics.dials.WithLabelValues("no-token")); got != 1 {
+		t.Errorf("no-token dials = %v, want 1", got)
+	}
+}
+
 func TestReconnectDeliversFiguresAndPokesKeptWhileDown(t *testing.T) {
 	r := newRig(t, nil)
 	r.start(t)
@@ -468,6 +501,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{func(c *Config) { c.URL = "" }, "URL"},
 		{func(c *Config) { c.Token = "" }, "Token"},
+		{func(c *Config) { c.TokenFile = "/run/token" }, "exclusive"},
 		{func(c *Config) { c.Source = nil }, "Source"},
 		{func(c *Config) { c.Name = "Not_A_Pod" }, "name"},
 		{func(c *Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, "MaxBackoff"},

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -41,12 +42,36 @@ const (
 	MinTokenLength = 16
 )
 
-// EndpointConfig configures an ActivatorEndpoint. Tokens and Sink are
-// required.
+// An Authenticator checks an activator's bearer token and says which
+// activator presents it.
+type Authenticator interface {
+	// Authenticate returns the name of the activator token belongs to:
+	// the name its hello must carry. An error wrapping ErrRetryLater says
+	// the token could not be checked now (the client is told to retry);
+	// any other error refuses it.
+	Authenticate(ctx context.Context, token string) (name string, err error)
+}
+
+// ErrRetryLater marks an Authenticator's error that is no verdict on the
+// token: it could not be checked now.
+var ErrRetryLater = errors.New("cannot check the token now; retry later")
+
+// authTimeout bounds an Authenticator's check.
+const authTimeout = 10 * time.Second
+
+// EndpointConfig configures an ActivatorEndpoint. Sink is required, and
+// either Tokens or Authenticator.
 type EndpointConfig struct {
-	// Tokens are the accepted bearer tokens. Several allow a rotation: add
-	// the new token here, roll it out to the activators, remove the old one.
+	// Tokens are bearer tokens that any activator may present, naming
+	// itself as it likes (swell local; a static token file). Several allow
+	// a rotation: add the new token here, roll it out to the activators,
+	// remove the old one.
 	Tokens []string
+	// Authenticator checks each token instead, and binds it to one
+	// activator: a hello that names another is refused, so one activator's
+	// credential cannot speak for the others (on Kubernetes, each
+	// activator's service-account token, checked with the TokenReview API).
+	Authenticator Authenticator
 	// Sink receives every validated Report and Poke frame.
 	Sink ActivatorSink
 	// OnPoke, if set, is called for each service a Poke names, after Sink
@@ -82,6 +107,7 @@ type EndpointConfig struct {
 // own connection, and nothing from it is applied.
 type ActivatorEndpoint struct {
 	tokens   [][sha256.Size]byte
+	auth     Authenticator
 	sink     ActivatorSink
 	onPoke   func(string)
 	maxFrame int64
@@ -111,10 +137,13 @@ type activatorConnSlot struct {
 type activatorConn struct {
 	ws     *websocket.Conn
 	remote string
-	name   string // set by register, under ActivatorEndpoint.mu
-	slot   *activatorConnSlot
-	once   sync.Once
-	done   chan struct{}
+	// identity is the activator the token proved, which the hello must
+	// name; "" for a shared token, which may name any.
+	identity string
+	name     string // set by register, under ActivatorEndpoint.mu
+	slot     *activatorConnSlot
+	once     sync.Once
+	done     chan struct{}
 }
 
 // NewActivatorEndpoint returns an ActivatorEndpoint, or an error saying
@@ -123,10 +152,14 @@ func NewActivatorEndpoint(cfg EndpointConfig) (*ActivatorEndpoint, error) {
 	if cfg.Sink == nil {
 		return nil, errors.New("activator endpoint: EndpointConfig.Sink is required")
 	}
-	if len(cfg.Tokens) == 0 {
-		return nil, errors.New("activator endpoint: at least one bearer token is required")
+	switch {
+	case len(cfg.Tokens) == 0 && cfg.Authenticator == nil:
+		return nil, errors.New("activator endpoint: EndpointConfig.Tokens or EndpointConfig.Authenticator is required")
+	case len(cfg.Tokens) > 0 && cfg.Authenticator != nil:
+		return nil, errors.New("activator endpoint: EndpointConfig.Tokens and EndpointConfig.Authenticator are exclusive")
 	}
 	e := &ActivatorEndpoint{
+		auth:     cfg.Authenticator,
 		sink:     cfg.Sink,
 		onPoke:   cfg.OnPoke,
 		maxFrame: cfg.MaxFrameSize,
@@ -177,8 +210,17 @@ func NewActivatorEndpoint(cfg EndpointConfig) (*ActivatorEndpoint, error) {
 // ServeHTTP authenticates and upgrades the request, then reads frames until
 // the connection ends.
 func (e *ActivatorEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !e.authorized(r) {
+	identity, err := e.authenticate(r)
+	switch {
+	case errors.Is(err, ErrRetryLater):
+		e.metrics.rejected("auth-unavailable")
+		e.log.Warn("cannot check an activator's token", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "activator endpoint: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	case err != nil:
 		e.metrics.rejected("unauthorized")
+		e.log.Info("activator token refused", zap.String("remote", r.RemoteAddr), zap.Error(err))
 		w.Header().Set("WWW-Authenticate", `Bearer realm="swell-autoscaler"`)
 		http.Error(w, "activator endpoint: missing or wrong bearer token", http.StatusUnauthorized)
 		return
@@ -210,7 +252,7 @@ func (e *ActivatorEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.log.Info("activator handshake failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 		return
 	}
-	c := &activatorConn{ws: ws, remote: r.RemoteAddr, done: make(chan struct{})}
+	c := &activatorConn{ws: ws, remote: r.RemoteAddr, identity: identity, done: make(chan struct{})}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -227,21 +269,39 @@ func (e *ActivatorEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.serve(c)
 }
 
-// authorized compares the bearer token with each accepted one in constant
-// time. Comparing SHA-256 digests keeps the comparison's length fixed, so
-// not even a token's length leaks through timing.
-func (e *ActivatorEndpoint) authorized(r *http.Request) bool {
+// errNoToken refuses a request without a bearer token.
+var errNoToken = errors.New("no bearer token")
+
+// authenticate checks the request's bearer token and returns the activator
+// it binds the connection to ("" for a shared token). A shared token is
+// compared with each accepted one in constant time: comparing SHA-256
+// digests keeps the comparison's length fixed, so not even a token's
+// length leaks through timing.
+func (e *ActivatorEndpoint) authenticate(r *http.Request) (string, error) {
 	const scheme = "bearer "
 	h := r.Header.Get("Authorization")
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return false
+		return "", errNoToken
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(h[len(scheme):])))
+	token := strings.TrimSpace(h[len(scheme):])
+	if e.auth != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
+		defer cancel()
+		name, err := e.auth.Authenticate(ctx, token)
+		if err == nil && name == "" {
+			err = errors.New("the authenticator named no activator")
+		}
+		return name, err
+	}
+	sum := sha256.Sum256([]byte(token))
 	ok := 0
 	for i := range e.tokens {
 		ok |= subtle.ConstantTimeCompare(sum[:], e.tokens[i][:])
 	}
-	return ok == 1
+	if ok != 1 {
+		return "", errors.New("not an accepted token")
+	}
+	return "", nil
 }
 
 // serve runs one connection: the hello, then frames until an error.
@@ -257,8 +317,12 @@ func (e *ActivatorEndpoint) serve(c *activatorConn) {
 		f   stats.ActivatorFrame
 	)
 	buf, code, reason := e.readFrame(c, buf, &f)
-	if code == 0 && f.Type != stats.ActivatorHello {
+	switch {
+	case code != 0:
+	case f.Type != stats.ActivatorHello:
 		code, reason = websocket.ClosePolicyViolation, "first frame must be a hello, got a "+f.Type.String()
+	case c.identity != "" && string(f.Activator) != c.identity:
+		code, reason = websocket.ClosePolicyViolation, fmt.Sprintf("the hello names activator %q but the token is %q's", f.Activator, c.identity)
 	}
 	if code != 0 {
 		e.closeConn(c, code, reason)

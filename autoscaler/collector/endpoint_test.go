@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -150,7 +151,8 @@ func TestEndpointConfig(t *testing.T) {
 		want string
 	}{
 		{EndpointConfig{Tokens: []string{testToken}}, "Sink is required"},
-		{EndpointConfig{Sink: sink}, "at least one bearer token"},
+		{EndpointConfig{Sink: sink}, "Tokens or EndpointConfig.Authenticator is required"},
+		{EndpointConfig{Sink: sink, Tokens: []string{testToken}, Authenticator: tokenTable{}}, "are exclusive"},
 		{EndpointConfig{Sink: sink, Tokens: []string{"short"}}, "token 0 has 5 bytes, at least 16"},
 		{EndpointConfig{Sink: sink, Tokens: []string{testToken, testToken + "\n"}}, "token 1 has a space or control character at byte 27"},
 	} {
@@ -199,6 +201,67 @@ func TestEndpointAuth(t *testing.T) {
 			t.Fatalf("Authorization %q: %v", h, err)
 		}
 		ws.Close()
+	}
+}
+
+// tokenTable is an Authenticator: each token belongs to one activator;
+// the token "busy" cannot be checked now.
+type tokenTable map[string]string
+
+func (t tokenTable) Authenticate(_ context.Context, token string) (string, error) {
+	if token == "busy" {
+		return "", fmt.Errorf("token review: %w", ErrRetryLater)
+	}
+	if name, ok := t[token]; ok {
+		return name, nil
+	}
+	return "", errors.New("unknown token")
+}
+
+// TestEndpointIdentity: with an Authenticator a token speaks only for its
+// own activator. A hello naming another is refused and nothing it sends
+// is applied, so one activator's credential cannot report, poke or replace
+// the connection of another; a token that cannot be checked now gets 503
+// and Retry-After, not 401, so the activator retries.
+func TestEndpointIdentity(t *testing.T) {
+	r := newEndpointRig(t, func(c *EndpointConfig) {
+		c.Tokens = nil
+		c.Authenticator = tokenTable{"token-of-a": "activator-a", "token-of-b": "activator-b"}
+	})
+	a, _, err := r.dial(t, "token-of-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, a, stats.AppendActivatorHello(nil, "activator-a"))
+	send(t, a, reportFrame(map[string]stats.ActivatorFigures{"ns/svc": {Requests: 3, InFlight: 2}}))
+	r.applied(t, "activator-a report 1")
+
+	// b's token, naming a: refused before anything is applied, and a's
+	// connection stays.
+	b, _, err := r.dial(t, "token-of-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(t, b, stats.AppendActivatorHello(nil, "activator-a"))
+	send(t, b, reportFrame(map[string]stats.ActivatorFigures{"ns/svc": {Requests: 1000, InFlight: 900}}))
+	closed(t, b, websocket.ClosePolicyViolation, `the hello names activator "activator-a" but the token is "activator-b"'s`)
+	send(t, a, reportFrame(map[string]stats.ActivatorFigures{"ns/svc": {Requests: 4, InFlight: 5}}))
+	r.applied(t, "activator-a report 1")
+	if got := r.acts.Pending("ns/svc"); got != 5 {
+		t.Errorf("pending %v, want a's 5: the impostor's figures were applied or a's connection replaced", got)
+	}
+
+	for token, want := range map[string]int{"token-of-c": http.StatusUnauthorized, "busy": http.StatusServiceUnavailable} {
+		_, resp, err := r.dial(t, token)
+		if err == nil || resp == nil || resp.StatusCode != want {
+			t.Fatalf("token %q: %v %+v, want %d", token, err, resp, want)
+		}
+		if want == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
+			t.Errorf("token %q: no Retry-After", token)
+		}
+	}
+	if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_rejected_total", "auth-unavailable"); n != 1 {
+		t.Errorf("rejected{auth-unavailable} = %v, want 1", n)
 	}
 }
 

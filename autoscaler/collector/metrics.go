@@ -70,7 +70,7 @@ var closeReasons = map[int]string{
 	CloseIdle:                              "idle",
 }
 
-var rejectReasonsEndpoint = []string{"unauthorized", "shutting-down", "too-many", "handshake"}
+var rejectReasonsEndpoint = []string{"unauthorized", "auth-unavailable", "shutting-down", "too-many", "handshake"}
 
 // endpointMetrics are the activator endpoint's operator metrics, every
 // series resolved up front.

@@ -107,10 +107,10 @@ func parseConfig(args []string, lookupEnv func(string) (string, bool)) (config, 
 }
 
 // defaultAutoscalerURL is the autoscaler's endpoint for activators in
-// Kubernetes mode: its Service in the system namespace, which the reporter
-// dials at the endpoint the source knows (autoscalerDialer).
+// Kubernetes mode: its Service in the system namespace, over TLS, which the
+// reporter dials at the endpoint the source knows (autoscalerDialer).
 func defaultAutoscalerURL(systemNamespace string) string {
-	return fmt.Sprintf("ws://%s.%s.svc:%d%s", kube.AutoscalerService, systemNamespace, network.DefaultAutoscalerPort, network.ActivatorReportPath)
+	return fmt.Sprintf("wss://%s.%s.svc:%d%s", kube.AutoscalerService, systemNamespace, network.DefaultAutoscalerPort, network.ActivatorReportPath)
 }
 
 func printUsage(w io.Writer) {
@@ -138,17 +138,17 @@ func bind(cfg *config) (*envflag.Set, settings) {
 	st.kubeconfig = envflag.Var(s, &cfg.Kubeconfig, "kubeconfig", "KUBECONFIG", "",
 		`Kubernetes mode: kubeconfig file (KUBECONFIG may list several, as for kubectl); "" = ~/.kube/config if present, else the pod's service account`, envflag.String)
 	st.systemNamespace = envflag.Var(s, &cfg.SystemNamespace, "system-namespace", "SYSTEM_NAMESPACE", cfg.SystemNamespace,
-		"Kubernetes mode: namespace of the autoscaler's Service and the token Secret "+kube.ActivatorTokenSecret, namespace).
+		"Kubernetes mode: namespace of the autoscaler's Service and of the ConfigMap "+kube.CAConfigMap+" of the CAs it is trusted by", namespace).
 		DefaultText("POD_NAMESPACE, else " + kube.DefaultSystemNamespace)
 	envflag.Var(s, &cfg.ClusterDomain, "cluster-domain", "CLUSTER_DOMAIN", cfg.ClusterDomain,
 		"cluster DNS suffix of the routed host names <service>.<namespace>.svc.<domain>", domain)
 	st.autoscalerURL = envflag.Var(s, &cfg.AutoscalerURL, "autoscaler-url", "AUTOSCALER_URL", "",
-		`autoscaler websocket, ws://host:port`+network.ActivatorReportPath+`; "" = do not report`, wsURL).
+		`autoscaler websocket, ws:// or wss://host:port`+network.ActivatorReportPath+` (Kubernetes mode: wss:// only); "" = do not report`, wsURL).
 		DefaultText(`"" (Kubernetes mode: ` + defaultAutoscalerURL("$SYSTEM_NAMESPACE") + `)`)
 	envflag.Var(s, &cfg.AutoscalerToken, "autoscaler-token", "AUTOSCALER_TOKEN", "",
-		"bearer token for the autoscaler (Kubernetes mode: read from the Secret "+kube.ActivatorTokenSecret+" if neither is set)", envflag.String)
+		"bearer token for the autoscaler (Kubernetes mode, if neither is set: the pod's service-account token, read again at each connection)", envflag.String)
 	envflag.Var(s, &cfg.AutoscalerTokenFile, "autoscaler-token-file", "AUTOSCALER_TOKEN_FILE", "",
-		"file holding the bearer token (wins over AUTOSCALER_TOKEN)", envflag.String)
+		"file holding the bearer token, read again at each connection (a projected service-account token, a rotated secret)", envflag.String)
 	envflag.Var(s, &cfg.PodName, "pod-name", "POD_NAME", "",
 		"this activator's name towards the autoscaler", envflag.String).DefaultText("hostname")
 	envflag.Var(s, &cfg.QueueDepth, "queue-depth", "QUEUE_DEPTH", cfg.QueueDepth,
@@ -214,6 +214,12 @@ func (c config) validate() error {
 	if !c.kubernetesMode() && c.AutoscalerURL != "" && !c.tokenSet() {
 		bad("AUTOSCALER_URL %q needs AUTOSCALER_TOKEN or AUTOSCALER_TOKEN_FILE: the autoscaler refuses activators without a token", c.AutoscalerURL)
 	}
+	if c.AutoscalerToken != "" && c.AutoscalerTokenFile != "" {
+		bad("AUTOSCALER_TOKEN and AUTOSCALER_TOKEN_FILE are both set: set one")
+	}
+	if c.kubernetesMode() && strings.HasPrefix(c.AutoscalerURL, "ws://") {
+		bad("AUTOSCALER_URL %q: in Kubernetes mode the autoscaler serves its activators over TLS only; use wss://", c.AutoscalerURL)
+	}
 	if c.CallerQueueDepth > c.QueueDepth {
 		bad("CALLER_QUEUE_DEPTH %d exceeds QUEUE_DEPTH %d: one caller's share is at most the whole queue; lower it, or 0 for half", c.CallerQueueDepth, c.QueueDepth)
 	}
@@ -228,21 +234,21 @@ func (c config) validate() error {
 func (c config) kubernetesMode() bool { return c.ServicesFile == "" }
 
 // tokenSet reports whether the token is configured; if not, Kubernetes mode
-// reads it from the token Secret.
+// presents the pod's service-account token.
 func (c config) tokenSet() bool { return c.AutoscalerToken != "" || c.AutoscalerTokenFile != "" }
 
-// token returns the autoscaler token, read from the file if one is named.
-func (c config) token() (string, error) {
+// credentials returns the configured token, or the file that holds it
+// (read again at each connection), which must hold one now.
+func (c config) credentials() (token, file string, err error) {
 	if c.AutoscalerTokenFile == "" {
-		return c.AutoscalerToken, nil
+		return c.AutoscalerToken, "", nil
 	}
 	b, err := os.ReadFile(c.AutoscalerTokenFile)
 	if err != nil {
-		return "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: %w", c.AutoscalerTokenFile, err)
+		return "", "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: %w", c.AutoscalerTokenFile, err)
 	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: the file is empty; it must hold the token", c.AutoscalerTokenFile)
+	if strings.TrimSpace(string(b)) == "" {
+		return "", "", fmt.Errorf("invalid AUTOSCALER_TOKEN_FILE %q: the file is empty; it must hold the token", c.AutoscalerTokenFile)
 	}
-	return t, nil
+	return "", c.AutoscalerTokenFile, nil
 }

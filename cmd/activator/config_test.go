@@ -34,10 +34,10 @@ func TestKubernetesModeDefaults(t *testing.T) {
 		env     []string
 		ns, url string
 	}{
-		{"defaults", nil, nil, "swell-system", "ws://autoscaler.swell-system.svc:8080/activator"},
-		{"POD_NAMESPACE", nil, []string{"POD_NAMESPACE", "swell"}, "swell", "ws://autoscaler.swell.svc:8080/activator"},
+		{"defaults", nil, nil, "swell-system", "wss://autoscaler.swell-system.svc:8080/activator"},
+		{"POD_NAMESPACE", nil, []string{"POD_NAMESPACE", "swell"}, "swell", "wss://autoscaler.swell.svc:8080/activator"},
 		{"SYSTEM_NAMESPACE wins", nil, []string{"POD_NAMESPACE", "Not_Checked", "SYSTEM_NAMESPACE", "infra"},
-			"infra", "ws://autoscaler.infra.svc:8080/activator"},
+			"infra", "wss://autoscaler.infra.svc:8080/activator"},
 		{"URL given", nil, []string{"AUTOSCALER_URL", "wss://as.example.com/activator"}, "swell-system", "wss://as.example.com/activator"},
 		{"reporting off", []string{"--autoscaler-url="}, nil, "swell-system", ""},
 	} {
@@ -82,6 +82,8 @@ func TestBadKubernetesSettings(t *testing.T) {
 		{[]string{"POD_NAMESPACE", "-x"}, `invalid POD_NAMESPACE "-x": must be a namespace name`},
 		{[]string{"CLUSTER_DOMAIN", "bad domain"}, `invalid CLUSTER_DOMAIN "bad domain": must be a DNS domain`},
 		{[]string{"AUTOSCALER_URL", "http://as:8080"}, `invalid AUTOSCALER_URL "http://as:8080": must be a ws://`},
+		{[]string{"AUTOSCALER_URL", "ws://as:8080/activator"}, "the autoscaler serves its activators over TLS only; use wss://"},
+		{[]string{"AUTOSCALER_TOKEN", "t", "AUTOSCALER_TOKEN_FILE", "/f"}, "both set: set one"},
 	} {
 		_, err := parseConfig(nil, envOf(tc.env...))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -94,7 +96,7 @@ func TestUsageListsKubernetesSettings(t *testing.T) {
 	var b strings.Builder
 	printUsage(&b)
 	for _, want := range []string{"KUBECONFIG", "SYSTEM_NAMESPACE", "POD_NAMESPACE, else swell-system", "CLUSTER_DOMAIN",
-		"ws://autoscaler.$SYSTEM_NAMESPACE.svc:8080/activator", "swell-activator-token"} {
+		"wss://autoscaler.$SYSTEM_NAMESPACE.svc:8080/activator", "swell-ca", "service-account token"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("usage does not mention %q:\n%s", want, b.String())
 		}

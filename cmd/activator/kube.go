@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
@@ -22,10 +26,13 @@ import (
 const userAgent = "swell-activator"
 
 // kubeMode is the activator on Kubernetes: the services come from the
-// cluster's pods-Services (kube/activatorsource), the token from its
-// Secret, and the autoscaler's address from its Service's endpoints.
+// cluster's pods-Services (kube/activatorsource), the autoscaler's address
+// from its Service's endpoints and the CAs it is trusted by from its
+// ConfigMap; the activator proves itself with its pod's service-account
+// token.
 type kubeMode struct {
 	cfg    config
+	rest   *rest.Config
 	client kubernetes.Interface
 	src    *activatorsource.Source
 	log    *zap.Logger
@@ -50,7 +57,7 @@ func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kubeMode{cfg: cfg, client: client, src: src, log: log}, nil
+	return &kubeMode{cfg: cfg, rest: rc, client: client, src: src, log: log}, nil
 }
 
 // configure sets what the activator needs from the cluster besides its
@@ -60,16 +67,25 @@ func (k *kubeMode) configure(c *activator.Config) {
 	c.Callers, c.CallersHint = k.src.Callers(), kube.CallersHint
 }
 
-// token waits for the autoscaler token's Secret and reads it.
-func (k *kubeMode) token(ctx context.Context) (string, error) {
-	k.log.Info("reading the autoscaler token",
-		zap.String("secret", k.cfg.SystemNamespace+"/"+kube.ActivatorTokenSecret), zap.String("key", kube.ActivatorTokenKey))
-	return activatorsource.ReadToken(ctx, k.client, k.cfg.SystemNamespace)
+// credentials returns the service-account token the activator reaches the
+// API server with, or the file holding it: the kubelet renews that file,
+// and the reporter reads it at each connection. The autoscaler checks it
+// with the TokenReview API, which says which pod it is bound to.
+func (k *kubeMode) credentials() (token, file string, err error) {
+	switch {
+	case k.rest.BearerTokenFile != "":
+		return "", k.rest.BearerTokenFile, nil
+	case k.rest.BearerToken != "":
+		return k.rest.BearerToken, "", nil
+	}
+	return "", "", errors.New("the activator has no service-account token to present to the autoscaler: " +
+		"run it with its service account's token mounted (automountServiceAccountToken), or set AUTOSCALER_TOKEN_FILE")
 }
 
 // dialer is the reporter's websocket dialer: the autoscaler's Service
 // names are dialled at the endpoint the source knows, bypassing any HTTP
-// proxy; everything else as websocket.DefaultDialer would.
+// proxy, and over TLS trusted by the CAs the autoscaler publishes;
+// everything else as websocket.DefaultDialer would.
 func (k *kubeMode) dialer() *websocket.Dialer {
 	hosts := kube.HostNames(kube.AutoscalerService, k.cfg.SystemNamespace, k.cfg.ClusterDomain)
 	d := *websocket.DefaultDialer
@@ -82,7 +98,38 @@ func (k *kubeMode) dialer() *websocket.Dialer {
 		}
 		return proxy(r)
 	}
+	d.TLSClientConfig = trustedBy(k.src.AutoscalerRoots, k.cfg.SystemNamespace+"/"+kube.CAConfigMap)
 	return &d
+}
+
+// trustedBy is a TLS client configuration that verifies the server's
+// certificate, for the name dialled, against the CAs roots returns at the
+// handshake: they change as the autoscaler rotates its CA, which a
+// tls.Config's fixed RootCAs could not follow. Without roots (what
+// publishes them is absent) every handshake fails.
+func trustedBy(roots func() *x509.CertPool, from string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// Not skipped: VerifyConnection below verifies the chain and the
+		// name, as the standard verification would, against the current
+		// roots.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			pool := roots()
+			if pool == nil {
+				return fmt.Errorf("no CA to trust the autoscaler by yet: the ConfigMap %s is absent or holds no certificate", from)
+			}
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("the autoscaler presented no certificate")
+			}
+			opts := x509.VerifyOptions{Roots: pool, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+			for _, c := range cs.PeerCertificates[1:] {
+				opts.Intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(opts)
+			return err
+		},
+	}
 }
 
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,9 +14,13 @@ import (
 
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
@@ -90,10 +96,21 @@ func TestAutoscalerDialer(t *testing.T) {
 
 // TestReporterDialerReachesAutoscalerEndpoint: the websocket dialer of
 // Kubernetes mode connects the default autoscaler URL to the endpoint in
-// the autoscaler Service's EndpointSlice, with no DNS involved.
+// the autoscaler Service's EndpointSlice, with no DNS involved, over TLS
+// that trusts only the CAs of the ConfigMap the autoscaler publishes:
+// without it, or with another CA in it, nothing is sent.
 func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
-	upgraded := make(chan struct{}, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	const serverName = "autoscaler.infra.svc"
+	chain, key, err := certutil.GenerateSelfSignedCertKey(serverName, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := tls.X509KeyPair(chain, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded := make(chan struct{}, 4)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != network.ActivatorReportPath {
 			http.NotFound(w, r)
 			return
@@ -105,6 +122,8 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 		c.Close()
 		upgraded <- struct{}{}
 	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving}}
+	srv.StartTLS()
 	defer srv.Close()
 	host, portText, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	port, _ := strconv.Atoi(portText)
@@ -122,7 +141,8 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := activatorsource.New(activatorsource.Config{Client: fake.NewClientset(slice), SystemNamespace: cfg.SystemNamespace})
+	client := fake.NewClientset(slice)
+	src, err := activatorsource.New(activatorsource.Config{Client: client, SystemNamespace: cfg.SystemNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,14 +154,92 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	if !src.WaitForSync(ctx) {
 		t.Fatal("the source never synced")
 	}
-
 	k := &kubeMode{cfg: cfg, src: src, log: zap.NewNop()}
-	c, _, err := k.dialer().DialContext(ctx, cfg.AutoscalerURL, nil)
+	dial := func() error {
+		c, _, err := k.dialer().DialContext(ctx, cfg.AutoscalerURL, nil)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(); err == nil || !strings.Contains(err.Error(), "no CA to trust the autoscaler by yet") {
+		t.Fatalf("dial without the CA ConfigMap: %v, want refused", err)
+	}
+
+	// Another CA: the autoscaler's certificate is not trusted.
+	otherChain, _, err := certutil.GenerateSelfSignedCertKey(serverName, nil, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	setCA := func(bundle []byte) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "infra", Name: kube.CAConfigMap},
+			Data: map[string]string{kube.CAConfigMapKey: string(bundle)}}
+		cms := client.CoreV1().ConfigMaps("infra")
+		_, err := cms.Update(ctx, cm, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := caOf(t, bundle)
+		for {
+			if p := src.AutoscalerRoots(); p != nil && p.Equal(want) {
+				return
+			}
+			select {
+			case <-src.AutoscalerChanged():
+			case <-ctx.Done():
+				t.Fatal("the source never loaded the CA")
+			}
+		}
+	}
+	setCA(otherChain)
+	if err := dial(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Fatalf("dial trusting another CA: %v, want refused", err)
+	}
+	setCA(chain)
+	if err := dial(); err != nil {
 		t.Fatalf("dial %s: %v", cfg.AutoscalerURL, err)
 	}
-	c.Close()
 	<-upgraded
+}
+
+// caOf is a pool of the CA certificates (the self-signed ones) in bundle.
+func caOf(t *testing.T, bundle []byte) *x509.CertPool {
+	t.Helper()
+	certs, err := certutil.ParseCertsPEM(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool
+}
+
+// TestKubeModeCredentials: the activator presents its service-account
+// token, preferring the file the kubelet renews to a fixed token.
+func TestKubeModeCredentials(t *testing.T) {
+	for _, tc := range []struct {
+		rest        rest.Config
+		token, file string
+	}{
+		{rest.Config{BearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token", BearerToken: "read-at-start"}, "", "/var/run/secrets/kubernetes.io/serviceaccount/token"},
+		{rest.Config{BearerToken: "from-a-kubeconfig"}, "from-a-kubeconfig", ""},
+	} {
+		k := &kubeMode{rest: &tc.rest}
+		token, file, err := k.credentials()
+		if err != nil || token != tc.token || file != tc.file {
+			t.Errorf("credentials() = %q, %q, %v; want %q, %q", token, file, err, tc.token, tc.file)
+		}
+	}
+	k := &kubeMode{rest: &rest.Config{}}
+	if _, _, err := k.credentials(); err == nil || !strings.Contains(err.Error(), "automountServiceAccountToken") {
+		t.Errorf("no token: %v, want an error saying how to mount one", err)
+	}
 }
 
 // TestKubeModeKnowsCallers: in Kubernetes mode the activator knows each

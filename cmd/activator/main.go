@@ -34,7 +34,6 @@ import (
 	"github.com/swell-run/swell/pkg/drain"
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
-	"github.com/swell-run/swell/pkg/stats"
 )
 
 func main() {
@@ -74,25 +73,26 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		}
 		src = fileSrc
 	}
-	// In Kubernetes mode without a configured token, the token is read
-	// from its Secret once the servers run (the autoscaler may not have
-	// created it yet).
-	tokenFromSecret := kmode != nil && cfg.AutoscalerURL != "" && !cfg.tokenSet()
-	var token string
-	if !tokenFromSecret {
-		if token, err = cfg.token(); err != nil {
+	// The credential presented to the autoscaler: the configured token,
+	// else, in Kubernetes mode, the pod's service-account token, which
+	// names this activator's pod.
+	var token, tokenFile string
+	if cfg.AutoscalerURL != "" {
+		if cfg.tokenSet() || kmode == nil {
+			token, tokenFile, err = cfg.credentials()
+		} else {
+			token, tokenFile, err = kmode.credentials()
+		}
+		if err != nil {
 			return fail(err)
 		}
-	} else if err := stats.ValidateActivatorName(cfg.PodName); err != nil {
-		return fail(fmt.Errorf("invalid POD_NAME %q: %w", cfg.PodName, err))
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The reporter needs the activator (its Source) and the activator
-	// needs the reporter (its Poke); the closure breaks the cycle. The
-	// reporter may only start later (tokenFromSecret), hence the atomic.
+	// needs the reporter (its Poke); the closure breaks the cycle.
 	var rep atomic.Pointer[reporter.Reporter]
 	acfg := activator.Config{
 		Source:           src,
@@ -116,18 +116,15 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if err != nil {
 		return fail(err)
 	}
-	newReporter := func(token string) (*reporter.Reporter, error) {
+	if cfg.AutoscalerURL != "" {
 		rc := reporter.Config{
-			URL: cfg.AutoscalerURL, Token: token, Name: cfg.PodName,
+			URL: cfg.AutoscalerURL, Token: token, TokenFile: tokenFile, Name: cfg.PodName,
 			Source: act, Logger: log.Named("reporter"), Registerer: reg,
 		}
 		if kmode != nil {
 			rc.Dialer = kmode.dialer()
 		}
-		return reporter.New(rc)
-	}
-	if cfg.AutoscalerURL != "" && !tokenFromSecret {
-		r, err := newReporter(token)
+		r, err := reporter.New(rc)
 		if err != nil {
 			return fail(fmt.Errorf("invalid POD_NAME or AUTOSCALER_URL: %w", err))
 		}
@@ -195,26 +192,6 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if r := rep.Load(); r != nil {
 		wg.Go(func() { runReporter(r) })
 	}
-	if tokenFromSecret {
-		wg.Go(func() {
-			token, err := kmode.token(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					errc <- err
-				}
-				return
-			}
-			r, err := newReporter(token)
-			if err != nil {
-				errc <- err
-				return
-			}
-			rep.Store(r)
-			log.Info("autoscaler token read")
-			runReporter(r)
-		})
-	}
-
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/swell-run/swell/kube"
@@ -36,6 +37,9 @@ type config struct {
 
 	QueueProxyImage string
 	Workers         int
+	// ActivatorAudiences are the audiences an activator's token must be
+	// for; none: the API server's own.
+	ActivatorAudiences []string
 	// TickInterval is 0 when not given: the defaults ConfigMap's, read at
 	// start.
 	TickInterval time.Duration
@@ -93,7 +97,7 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.PodIP, "pod-ip", "POD_IP", "",
 		"this replica's address, published for the activators while it leads", envflag.String)
 	envflag.Var(s, &cfg.Port, "port", "AUTOSCALER_PORT", cfg.Port,
-		"port serving the activators' websocket ("+network.ActivatorReportPath+") and "+network.AutoscalerStatusPath, envflag.Port)
+		"port serving, over TLS, the activators' websocket ("+network.ActivatorReportPath+") and "+network.AutoscalerStatusPath, envflag.Port)
 	envflag.Var(s, &cfg.WebhookPort, "webhook-port", "WEBHOOK_PORT", cfg.WebhookPort,
 		"port serving the admission webhooks over TLS", envflag.Port)
 	envflag.Var(s, &cfg.AdminPort, "admin-port", "ADMIN_PORT", cfg.AdminPort,
@@ -102,6 +106,9 @@ func bind(cfg *config) *envflag.Set {
 		"port serving "+network.MetricsPath, envflag.Port)
 	envflag.Var(s, &cfg.QueueProxyImage, "queue-proxy-image", "QUEUE_PROXY_IMAGE", cfg.QueueProxyImage,
 		"image of the queue-proxy sidecar the webhook injects", envflag.String)
+	envflag.Var(s, &cfg.ActivatorAudiences, "activator-token-audiences", "ACTIVATOR_TOKEN_AUDIENCES", nil,
+		"comma-separated audiences an activator's service-account token must be for (a projected token's, with AUTOSCALER_TOKEN_FILE on the activators); unset: the API server's, as for the token every pod mounts",
+		audiences)
 	envflag.Var(s, &cfg.Workers, "workers", "WORKERS", cfg.Workers,
 		"reconcilers working at once, per controller", envflag.IntAtLeast(1))
 	envflag.Var(s, &cfg.TickInterval, "tick-interval", "TICK_INTERVAL", cfg.TickInterval,
@@ -119,6 +126,22 @@ func bind(cfg *config) *envflag.Set {
 		"auto (console on a terminal, else json), json or console",
 		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
 	return s
+}
+
+// audiences accepts a comma-separated list of token audiences.
+func audiences(s string) ([]string, error) {
+	var out []string
+	for a := range strings.SplitSeq(s, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if strings.ContainsFunc(a, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+			return nil, fmt.Errorf("audience %q holds a space or control character", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // validate checks settings together.

@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,6 +48,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/collector"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/activatorauth"
 	"github.com/swell-run/swell/kube/apiserver"
 	"github.com/swell-run/swell/kube/certs"
 	"github.com/swell-run/swell/kube/controller"
@@ -156,20 +158,14 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 
-	// The activators' token: created by the first replica to start.
-	var token string
-	err = wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: time.Second, Factor: 2, Cap: 30 * time.Second, Steps: 1 << 30},
-		func(ctx context.Context) (bool, error) {
-			t, err := certs.EnsureToken(ctx, a.client, cfg.Namespace, kube.ActivatorTokenSecret, kube.ActivatorTokenKey)
-			if err != nil {
-				log.Warn("cannot ensure the activators' token; retrying", zap.Error(err))
-				return false, nil
-			}
-			token = t
-			return true, nil
-		})
+	// Each activator proves itself with its pod's service-account token,
+	// checked with the TokenReview API; its reports must name that pod.
+	reviewer, err := activatorauth.New(activatorauth.Config{
+		Client: a.client, Namespace: cfg.Namespace, ServiceAccount: kube.ActivatorServiceAccount,
+		Audiences: cfg.ActivatorAudiences,
+	})
 	if err != nil {
-		return fmt.Errorf("activators' token: %w", err)
+		return err
 	}
 
 	// The tick interval: the flag's if set, else the defaults', reloaded
@@ -184,7 +180,7 @@ func (a *app) run(ctx context.Context) error {
 		TickInterval: tick,
 		Backend:      backend,
 		Scaler:       scaler.Config{OnEvent: backend.OnEvent},
-		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
+		Endpoint:     collector.EndpointConfig{Authenticator: reviewer},
 		Registerer:   reg,
 		OnNotable:    backend.OnNotable,
 		Clock:        clock.RealClock{},
@@ -211,7 +207,11 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 
-	certMgr, err := certs.New(certs.Config{Client: a.client, Namespace: cfg.Namespace, Logger: log.Named("certs")})
+	// One certificate for both TLS servers: the webhooks' Service and the
+	// autoscaler's, which the activators dial.
+	certMgr, err := certs.New(certs.Config{
+		Client: a.client, Namespace: cfg.Namespace, OtherServices: []string{kube.AutoscalerService}, Logger: log.Named("certs"),
+	})
 	if err != nil {
 		return err
 	}
@@ -228,13 +228,19 @@ func (a *app) run(ctx context.Context) error {
 	// headers and how long it may sit idle, so no caller holds the
 	// replica's goroutines for long; the webhooks' server has the bounds
 	// of package webhook besides. The activators' websockets, once
-	// upgraded, live as long as the activator keeps them.
+	// upgraded, live as long as the activator keeps them; they travel
+	// over TLS, as their bearer tokens would be worth stealing.
 	servers := []struct {
 		port int
 		srv  *http.Server
 		tls  bool
 	}{
-		{cfg.Port, &http.Server{Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}, false},
+		{cfg.Port, &http.Server{
+			Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certMgr.GetCertificate},
+			// HTTP/1.1 only: the websocket upgrade needs nothing more.
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		}, true},
 		{cfg.WebhookPort, nil, true},
 		{cfg.AdminPort, &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}, false},
 		{cfg.MetricsPort, &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}, false},

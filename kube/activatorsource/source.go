@@ -13,7 +13,8 @@
 // The source also follows the EndpointSlices of the Service
 // kube.AutoscalerService in Swell's system namespace, so that the activator
 // reaches the autoscaler holding the lead without cluster DNS or kube-proxy
-// (AutoscalerAddr), and every pod of the cluster, so that the activator
+// (AutoscalerAddr), and the ConfigMap kube.CAConfigMap there, so that it
+// trusts the autoscaler's certificate (AutoscalerRoots); and every pod of the cluster, so that the activator
 // knows the namespace of a caller by its address (Callers) and serves only
 // callers a service admits: its own namespace's pods, and those of the
 // namespaces its kube.AnnotationAllowedCallers lists.
@@ -22,14 +23,17 @@ package activatorsource
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -75,10 +79,13 @@ type Source struct {
 	services   corelisters.ServiceLister
 	slices     cache.Indexer
 	autoscaler discoverylisters.EndpointSliceLister
-	// autoscalerChanged signals a change of the autoscaler's endpoints.
+	// autoscalerChanged signals a change of the autoscaler's endpoints or
+	// of the CAs that sign its certificate.
 	autoscalerChanged chan struct{}
-	callers           *podDirectory
-	synced            []cache.InformerSynced
+	// roots are the CAs of kube.CAConfigMap; nil while it is absent.
+	roots   atomic.Pointer[x509.CertPool]
+	callers *podDirectory
+	synced  []cache.InformerSynced
 
 	changed chan struct{}
 
@@ -170,6 +177,22 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
+	// The CAs the autoscaler's certificate is signed by, which it
+	// publishes. Not among the caches waited for: the activator serves
+	// without them, only its reports wait.
+	caFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithNamespace(s.systemNamespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", kube.CAConfigMap).String()
+		}))
+	s.factories = append(s.factories, caFactory)
+	if _, err := caFactory.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.caChanged(obj, false) },
+		UpdateFunc: func(_, obj any) { s.caChanged(obj, false) },
+		DeleteFunc: func(obj any) { s.caChanged(obj, true) },
+	}); err != nil {
+		return nil, err
+	}
+
 	// A pod that has ended no longer holds its address: the API server
 	// sends its deletion as it leaves the selection.
 	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
@@ -240,6 +263,36 @@ func (s *Source) notifyAutoscaler() {
 	case s.autoscalerChanged <- struct{}{}:
 	default:
 	}
+}
+
+// AutoscalerRoots returns the CAs the autoscaler's serving certificate is
+// signed by, from the ConfigMap kube.CAConfigMap in the system namespace;
+// nil while there is none.
+func (s *Source) AutoscalerRoots() *x509.CertPool { return s.roots.Load() }
+
+// caChanged loads the CA bundle of obj, the CA ConfigMap, or forgets it
+// once deleted. A bundle that does not parse leaves no roots: the
+// activator trusts nothing rather than something it cannot read.
+func (s *Source) caChanged(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok || cm.Name != kube.CAConfigMap {
+		return // the informer lists only the CA's ConfigMap; a fake may list more
+	}
+	var pool *x509.CertPool
+	if !deleted {
+		p := x509.NewCertPool()
+		if p.AppendCertsFromPEM([]byte(cm.Data[kube.CAConfigMapKey])) {
+			pool = p
+		} else {
+			s.log.Error("the CA ConfigMap holds no certificate; reports to the autoscaler wait for one",
+				zap.String("configMap", s.systemNamespace+"/"+kube.CAConfigMap), zap.String("key", kube.CAConfigMapKey))
+		}
+	}
+	s.roots.Store(pool)
+	s.notifyAutoscaler()
 }
 
 // AutoscalerAddr is ip:port of a ready endpoint of the Service

@@ -2,7 +2,14 @@ package activatorsource
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"reflect"
 	"slices"
 	"strings"
@@ -69,6 +76,7 @@ func TestListsOnlySwellObjects(t *testing.T) {
 		"endpointslices in ": kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
 		"endpointslices in " + kube.DefaultSystemNamespace: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + " ",
 		"pods in ": " status.phase!=Failed,status.phase!=Succeeded",
+		"configmaps in " + kube.DefaultSystemNamespace: " metadata.name=" + kube.CAConfigMap,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("lists %v, want %v", got, want)
@@ -333,3 +341,65 @@ func TestDeploymentNotAKeyIsSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoscalerRoots: the CAs come from the CA ConfigMap of the system
+// namespace, follow its changes with a signal (a reporter waiting for them
+// dials at once), and are gone with it; a bundle that does not parse, or
+// a ConfigMap of another name, gives no roots.
+func TestAutoscalerRoots(t *testing.T) {
+	src, cs := started(t)
+	if src.AutoscalerRoots() != nil {
+		t.Fatal("roots without a CA ConfigMap")
+	}
+	cms := cs.CoreV1().ConfigMaps(kube.DefaultSystemNamespace)
+	waitRoots := func(what string, want bool) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for (src.AutoscalerRoots() != nil) != want {
+			select {
+			case <-src.AutoscalerChanged():
+			case <-deadline:
+				t.Fatalf("%s: roots present %v, want %v", what, src.AutoscalerRoots() != nil, want)
+			}
+		}
+	}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-the-ca", Namespace: kube.DefaultSystemNamespace},
+		Data: map[string]string{kube.CAConfigMapKey: testCA}}
+	if _, err := cms.Create(t.Context(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: kube.CAConfigMap, Namespace: kube.DefaultSystemNamespace},
+		Data: map[string]string{kube.CAConfigMapKey: "not a certificate"}}
+	if _, err := cms.Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-src.AutoscalerChanged()
+	if src.AutoscalerRoots() != nil {
+		t.Fatal("roots from a ConfigMap that holds no certificate, or from another ConfigMap")
+	}
+	cm.Data[kube.CAConfigMapKey] = testCA
+	if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRoots("after the bundle arrived", true)
+	if err := cms.Delete(t.Context(), kube.CAConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRoots("after the ConfigMap was deleted", false)
+}
+
+// testCA is a self-signed CA certificate.
+var testCA = func() string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}()

@@ -1,7 +1,8 @@
-// Package certs gives Swell's admission webhooks their TLS without
-// cert-manager: a CA and a serving certificate kept in a Secret, renewed
-// before they expire, with the CA bundle patched into the webhook
-// configurations; and the activators' token Secret.
+// Package certs gives the autoscaler's TLS servers (the admission webhooks
+// and the activators' endpoint) their certificate without cert-manager: a
+// CA and a serving certificate kept in a Secret, renewed before they
+// expire, with the CA bundle patched into the webhook configurations and
+// published in a ConfigMap for the activators.
 //
 // Every autoscaler replica runs a Manager. There is no leader: the replicas
 // converge on one Secret through optimistic concurrency, each re-reading and
@@ -15,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +70,13 @@ type Config struct {
 	// The certificate names <svc>, <svc>.<ns>, <svc>.<ns>.svc and
 	// <svc>.<ns>.svc.cluster.local.
 	ServiceName string
+	// OtherServices are more Services of the namespace the certificate
+	// names the same way: the autoscaler's, which the activators dial.
+	OtherServices []string
+	// CAConfigMap is the ConfigMap of the namespace that gets the CA
+	// bundle under kube.CAConfigMapKey, for clients other than the API
+	// server; "" means kube.CAConfigMap.
+	CAConfigMap string
 	// WebhookConfiguration names the Mutating- and the
 	// ValidatingWebhookConfiguration whose every webhook gets the CA
 	// bundle; "" means kube.WebhookConfiguration.
@@ -84,13 +93,15 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// A Manager keeps the webhook certificate Secret valid and current, serves
-// its certificate, and keeps its CA bundle in the webhook configurations.
+// A Manager keeps the certificate Secret valid and current, serves its
+// certificate, and keeps its CA bundle in the webhook configurations and
+// the CA ConfigMap.
 type Manager struct {
 	client      kubernetes.Interface
 	namespace   string
 	secretName  string
 	webhookName string
+	caConfigMap string
 	names       []string
 	caValidity  time.Duration
 	validity    time.Duration
@@ -114,6 +125,7 @@ func New(cfg Config) (*Manager, error) {
 	cfg.SecretName = cmp.Or(cfg.SecretName, kube.WebhookCertSecret)
 	cfg.ServiceName = cmp.Or(cfg.ServiceName, kube.WebhookService)
 	cfg.WebhookConfiguration = cmp.Or(cfg.WebhookConfiguration, kube.WebhookConfiguration)
+	cfg.CAConfigMap = cmp.Or(cfg.CAConfigMap, kube.CAConfigMap)
 	if cfg.CAValidity == 0 {
 		cfg.CAValidity = DefaultCAValidity
 	}
@@ -129,6 +141,7 @@ func New(cfg Config) (*Manager, error) {
 		{"SecretName", cfg.SecretName, validation.IsDNS1123Subdomain, "a Secret name"},
 		{"ServiceName", cfg.ServiceName, validation.IsDNS1035Label, "a Service name"},
 		{"WebhookConfiguration", cfg.WebhookConfiguration, validation.IsDNS1123Subdomain, "a webhook configuration name"},
+		{"CAConfigMap", cfg.CAConfigMap, validation.IsDNS1123Subdomain, "a ConfigMap name"},
 	} {
 		if errs := c.check(c.value); len(errs) > 0 {
 			return nil, fmt.Errorf("certs: %s %q is not %s: %s", c.what, c.value, c.accepted, strings.Join(errs, "; "))
@@ -146,18 +159,29 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	svc, ns := cfg.ServiceName, cfg.Namespace
+	ns := cfg.Namespace
+	// The first name is the certificate's common name.
+	var names []string
+	for _, svc := range append([]string{cfg.ServiceName}, cfg.OtherServices...) {
+		if errs := validation.IsDNS1035Label(svc); len(errs) > 0 {
+			return nil, fmt.Errorf("certs: OtherServices: %q is not a Service name: %s", svc, strings.Join(errs, "; "))
+		}
+		if slices.Contains(names, svc+"."+ns+".svc") {
+			continue
+		}
+		names = append(names, svc+"."+ns+".svc", svc, svc+"."+ns, svc+"."+ns+".svc.cluster.local")
+	}
 	return &Manager{
 		client:      cfg.Client,
 		namespace:   ns,
 		secretName:  cfg.SecretName,
 		webhookName: cfg.WebhookConfiguration,
-		// The first name is the certificate's common name.
-		names:      []string{svc + "." + ns + ".svc", svc, svc + "." + ns, svc + "." + ns + ".svc.cluster.local"},
-		caValidity: cfg.CAValidity,
-		validity:   cfg.CertValidity,
-		clock:      cfg.Clock,
-		log:        cfg.Logger.With(zap.String("secret", ns+"/"+cfg.SecretName)),
+		caConfigMap: cfg.CAConfigMap,
+		names:       names,
+		caValidity:  cfg.CAValidity,
+		validity:    cfg.CertValidity,
+		clock:       cfg.Clock,
+		log:         cfg.Logger.With(zap.String("secret", ns+"/"+cfg.SecretName)),
 	}, nil
 }
 
@@ -184,8 +208,9 @@ func (m *Manager) CABundle() []byte {
 	return append([]byte(nil), l.bundle...)
 }
 
-// Run keeps the Secret and the webhook configurations until ctx ends, then
-// returns nil. It checks them at once, at every change of either (seen
+// Run keeps the Secret, the webhook configurations and the CA ConfigMap
+// until ctx ends, then returns nil. It checks them at once, at every change
+// of any (seen
 // through informers restricted to their names), and at least every
 // CheckInterval; a check that fails is retried sooner, with a backoff up to
 // a minute. Call it once.
@@ -210,6 +235,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	webhookOnly := byName(m.webhookName)
 	informers := []cache.SharedIndexInformer{
 		coreinformers.NewFilteredSecretInformer(m.client, m.namespace, 0, cache.Indexers{}, secretOnly),
+		coreinformers.NewFilteredConfigMapInformer(m.client, m.namespace, 0, cache.Indexers{}, byName(m.caConfigMap)),
 		admissioninformers.NewFilteredMutatingWebhookConfigurationInformer(m.client, 0, cache.Indexers{}, webhookOnly),
 		admissioninformers.NewFilteredValidatingWebhookConfigurationInformer(m.client, 0, cache.Indexers{}, webhookOnly),
 	}

@@ -869,3 +869,83 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// caConfigMap returns the CA bundle the ConfigMap holds, or nil if absent.
+func (f *fixture) caConfigMap(t *testing.T) []byte {
+	t.Helper()
+	cm, err := f.client.CoreV1().ConfigMaps(ns).Get(context.Background(), kube.CAConfigMap, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(cm.Data[kube.CAConfigMapKey])
+}
+
+// The activators trust the autoscaler through the ConfigMap: it holds the
+// bundle, is restored when changed or deleted, keeps its other keys, and
+// is not written when it holds the bundle already.
+func TestCABundlePublishedInConfigMap(t *testing.T) {
+	f := newFixture(t)
+	m := f.manager(t)
+	reconcile(t, m)
+	if got := f.caConfigMap(t); !bytes.Equal(got, m.CABundle()) {
+		t.Fatalf("ConfigMap %s holds %q, want the Manager's bundle", kube.CAConfigMap, got)
+	}
+
+	ctx := context.Background()
+	cms := f.client.CoreV1().ConfigMaps(ns)
+	cm, _ := cms.Get(ctx, kube.CAConfigMap, metav1.GetOptions{})
+	cm.Data[kube.CAConfigMapKey] = "tampered"
+	cm.Data["note"] = "kept"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(t, m)
+	cm, _ = cms.Get(ctx, kube.CAConfigMap, metav1.GetOptions{})
+	if cm.Data[kube.CAConfigMapKey] != string(m.CABundle()) || cm.Data["note"] != "kept" {
+		t.Errorf("after tampering: data %v, want the bundle back and the other key kept", cm.Data)
+	}
+
+	if err := cms.Delete(ctx, kube.CAConfigMap, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reconcile(t, m)
+	if got := f.caConfigMap(t); !bytes.Equal(got, m.CABundle()) {
+		t.Errorf("deleted ConfigMap not created again: %q", got)
+	}
+	updates := f.countActions("update", "configmaps")
+	reconcile(t, m)
+	if n := f.countActions("update", "configmaps"); n != updates {
+		t.Errorf("%d ConfigMap updates, want %d: one holding the bundle is written anyway", n, updates)
+	}
+}
+
+// The certificate names the other Services too, and a certificate that
+// does not is reissued: the activators dial the autoscaler by its name.
+func TestOtherServicesNamed(t *testing.T) {
+	f := newFixture(t)
+	reconcile(t, f.manager(t))
+	before := f.secret(t).Data[corev1.TLSCertKey]
+
+	m := f.manager(t, func(c *Config) { c.OtherServices = []string{kube.AutoscalerService} })
+	reconcile(t, m)
+	if bytes.Equal(f.secret(t).Data[corev1.TLSCertKey], before) {
+		t.Fatal("a certificate that does not name the autoscaler's Service was kept")
+	}
+	leaf := served(t, m)
+	pool, err := cert.NewPoolFromBytes(m.CABundle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{serverName, "autoscaler.swell-system.svc", "autoscaler", "autoscaler.swell-system.svc.cluster.local"} {
+		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: name, CurrentTime: f.clock.Now()}); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	if _, err := New(Config{Client: f.client, Namespace: ns, OtherServices: []string{"Not_A_Service"}}); err == nil {
+		t.Error("an invalid Service name in OtherServices was accepted")
+	}
+}

@@ -9,12 +9,15 @@ import (
 	"strconv"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/swell-run/swell/kube"
 )
 
 // fieldManager names Swell as the writer of the CA bundles.
@@ -79,8 +82,9 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 }
 
 // publish makes bundle the caBundle of every webhook of both webhook
-// configurations. It reports whether every configuration that exists now
-// holds it; one that does not exist yet is no error (its creation is a
+// configurations and the content of the CA ConfigMap. It reports whether
+// every configuration that exists now, and the ConfigMap, hold it; a
+// configuration that does not exist yet is no error (its creation is a
 // change Run sees).
 //
 // It patches with a JSON patch that sets only the caBundle of the webhooks
@@ -112,7 +116,53 @@ func (m *Manager) publish(ctx context.Context, bundle []byte) (bool, error) {
 			errs = append(errs, fmt.Errorf("patch the CA bundle into %s %s: %w", wc.kind, m.webhookName, err))
 		}
 	}
+	if err := m.publishConfigMap(ctx, bundle); err != nil {
+		errs = append(errs, err)
+	}
 	return len(errs) == 0, errors.Join(errs...)
+}
+
+// publishConfigMap makes bundle the CA ConfigMap's kube.CAConfigMapKey,
+// creating the ConfigMap if it is absent. Its other keys stay.
+func (m *Manager) publishConfigMap(ctx context.Context, bundle []byte) error {
+	cms := m.client.CoreV1().ConfigMaps(m.namespace)
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
+		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
+	}, func() error {
+		cm, err := cms.Get(ctx, m.caConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = cms.Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: m.caConfigMap, Namespace: m.namespace,
+					Labels: map[string]string{kube.LabelManagedBy: kube.ManagedBy},
+				},
+				Data: map[string]string{kube.CAConfigMapKey: string(bundle)},
+			}, metav1.CreateOptions{FieldManager: fieldManager})
+			if err == nil {
+				m.log.Info("created the CA ConfigMap", zap.String("configMap", m.namespace+"/"+m.caConfigMap))
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if cm.Data[kube.CAConfigMapKey] == string(bundle) {
+			return nil
+		}
+		cm = cm.DeepCopy()
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		cm.Data[kube.CAConfigMapKey] = string(bundle)
+		if _, err = cms.Update(ctx, cm, metav1.UpdateOptions{FieldManager: fieldManager}); err == nil {
+			m.log.Info("updated the CA ConfigMap", zap.String("configMap", m.namespace+"/"+m.caConfigMap))
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("publish the CA bundle in ConfigMap %s/%s: %w", m.namespace, m.caConfigMap, err)
+	}
+	return nil
 }
 
 // retriable says whether a failed read or patch of a webhook configuration

@@ -34,11 +34,12 @@ const maxSteps = 8
 //  2. the certificate is loaded, so a valid one is served at once;
 //  3. a CA due for renewal is replaced, the old one kept in the bundle;
 //     expired CAs leave the bundle;
-//  4. the bundle is patched into the webhook configurations;
+//  4. the bundle is patched into the webhook configurations and written to
+//     the CA ConfigMap;
 //  5. a serving certificate due for renewal, or signed by an older CA, is
 //     reissued by the current CA, but a change of CA only once the
-//     configurations hold the bundle, so that no caller is ever presented
-//     a certificate it does not trust.
+//     configurations and the ConfigMap hold the bundle, so that no caller
+//     is ever presented a certificate it does not trust.
 //
 // A write that fails with AlreadyExists or Conflict means another replica
 // wrote first: the next step reads its Secret and decides again.

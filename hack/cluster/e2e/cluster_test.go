@@ -457,11 +457,16 @@ var httpClient = &http.Client{
 
 // get sends GET url and returns the status code and body.
 func get(ctx context.Context, url string) (int, string, error) {
+	return getWith(ctx, httpClient, url)
+}
+
+// getWith is get through client c.
+func getWith(ctx context.Context, c *http.Client, url string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return 0, "", err
 	}

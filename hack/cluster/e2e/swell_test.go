@@ -807,7 +807,7 @@ func TestSwellLeaderFailover(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		code, body, err := get(ctx, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/status")
+		code, body, err := e.autoscalerGet(ctx, net.JoinHostPort(p.Status.PodIP, "8080"), "/status")
 		if err != nil || code != http.StatusOK {
 			return fmt.Errorf("GET /status: %d %v", code, err)
 		}

@@ -19,9 +19,15 @@ type DialContext func(ctx context.Context, network, address string) (net.Conn, e
 // the cluster's loopback. A socket belongs to the namespace of the thread
 // that created it, so the dial runs on a locked thread switched into the
 // namespace and back.
-func Dialer(name string) DialContext {
+func Dialer(name string) DialContext { return DialerAt("/run/netns/"+name, name) }
+
+// DialerAt is Dialer for the namespace whose file is path, such as
+// /proc/<pid>/ns/net of a process inside it; name names it in errors.
+// A pod's namespace is one: the node agent mounts it in a mount namespace
+// of its own, where another process's /run/netns does not see it.
+func DialerAt(path, name string) DialContext {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		target, err := os.Open("/run/netns/" + name)
+		target, err := os.Open(path)
 		if err != nil {
 			return nil, fmt.Errorf("dial %s in network namespace %s: %w", address, name, err)
 		}

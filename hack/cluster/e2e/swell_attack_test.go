@@ -1,0 +1,359 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/swell-run/swell/hack/cluster/netns"
+)
+
+// The adversarial suite: a pod in another namespace tries each attack of
+// docs/security.md on a service and on Swell's own pods, and is refused;
+// the service it targets keeps serving its own namespace's callers, and
+// keeps scaling.
+
+// idlePod starts a pod that only waits, in namespace ns: a place to send
+// requests from, with the pod's address as their source.
+func (e *env) idlePod(ns, name string) *corev1.Pod {
+	e.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "sh", Image: "swell/shell", Command: []string{"/bin/sh", "-c", "sleep 3600"}}},
+		},
+	}
+	if _, err := e.cs.CoreV1().Pods(ns).Create(e.t.Context(), p, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create pod %s/%s: %v", ns, name, err)
+	}
+	var running *corev1.Pod
+	e.eventually("pod "+ns+"/"+name+" running with an IP", func(ctx context.Context) error {
+		got, err := e.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Status.Phase != corev1.PodRunning || got.Status.PodIP == "" {
+			return fmt.Errorf("phase %s, IP %q", got.Status.Phase, got.Status.PodIP)
+		}
+		running = got
+		return nil
+	})
+	return running
+}
+
+// clientIn returns an HTTP client whose connections are made inside the
+// pod's network namespace: they leave from the pod's address, as the
+// pod's own would. The namespace is entered through a process of the pod,
+// found by the pod's UID in its environment (the node agent names the
+// pod's directory after it, in KUBECONFIG): the node agent's mounts under
+// /run/netns are its own.
+func (e *env) clientIn(p *corev1.Pod, timeout time.Duration) *http.Client {
+	e.t.Helper()
+	pid, err := podProcess(p)
+	if err != nil {
+		e.t.Fatalf("a process of pod %s/%s: %v", p.Namespace, p.Name, err)
+	}
+	dial := netns.DialerAt(fmt.Sprintf("/proc/%d/ns/net", pid), p.Namespace+"/"+p.Name)
+	return &http.Client{
+		Transport: &http.Transport{Proxy: nil, DialContext: dial, DisableKeepAlives: true},
+		Timeout:   timeout,
+	}
+}
+
+// podProcess returns the PID of a process whose environment names the
+// pod's UID.
+func podProcess(p *corev1.Pod) (int, error) {
+	want := []byte(string(p.UID))
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range entries {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", d.Name(), "environ"))
+		if err == nil && bytes.Contains(env, want) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process names UID %s in its environment", p.UID)
+}
+
+// try sends one request and returns its status and Swell-Reason, or the
+// error.
+func try(c *http.Client, method, url, host string, header http.Header) (int, string, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	io.Copy(io.Discard, res.Body)
+	return res.StatusCode, res.Header.Get("Swell-Reason"), nil
+}
+
+func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const name = "victim"
+	// Only its own namespace may call it through the activator; a pod
+	// there may hold 1 request at a time, a second pod joins past 1 in
+	// flight.
+	e.createHello(swellHello(name, nil, map[string]string{
+		allowedCallers:                                        "",
+		"swell.run/container-concurrency":                     "4",
+		"autoscaling.swell.run/target":                        "1",
+		"autoscaling.swell.run/target-utilization-percentage": "100",
+		"autoscaling.swell.run/min-scale":                     "1",
+		"autoscaling.swell.run/target-burst-capacity":         "0",
+		"autoscaling.swell.run/max-scale":                     "3",
+	}))
+	e.waitServingSwell(name, 1)
+	victims, err := e.pods(t.Context(), name)
+	if err != nil || len(victims) != 1 {
+		t.Fatalf("pods of %s: %v %v", name, victims, err)
+	}
+	victim := victims[0]
+	host := name + "." + e.ns + ".svc.cluster.local"
+
+	// A friend in the victim's namespace, and an attacker in another.
+	friend := e.clientIn(e.idlePod(e.ns, "friend"), scaleTimeout)
+	other := setup(t)
+	attacker := e.clientIn(other.idlePod(other.ns, "attacker"), 3*time.Second)
+	acts, err := activatorAddrs(t.Context(), e.cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	activatorIP, _, _ := net.SplitHostPort(acts[0])
+	victimQP := "http://" + net.JoinHostPort(victim.Status.PodIP, "8012")
+	victimAdmin := "http://" + net.JoinHostPort(victim.Status.PodIP, "8022")
+	victimMetrics := "http://" + net.JoinHostPort(victim.Status.PodIP, "9090")
+
+	// The friend reaches the victim through the activator all along.
+	var friendOK, friendFailed atomic.Int64
+	ctx, stopFriend := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			code, _, err := try(friend, http.MethodGet, "http://"+acts[0]+"/?sleep=100ms", host, nil)
+			switch {
+			case err == nil && code == http.StatusOK:
+				friendOK.Add(1)
+			case ctx.Err() == nil:
+				friendFailed.Add(1)
+				t.Logf("the friend's request: %d %v", code, err)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	})
+	defer func() { stopFriend(); wg.Wait() }()
+
+	refused := func(what string, want int, code int, reason string, err error, wantReason string) {
+		t.Helper()
+		if err != nil || code != want || (wantReason != "" && reason != wantReason) {
+			t.Errorf("%s: %d %q %v; want %d %q", what, code, reason, err, want, wantReason)
+		} else {
+			t.Logf("%s: refused with %d %s", what, code, reason)
+		}
+	}
+
+	// 1. Stopping the victim's queue-proxy, or an activator.
+	code, reason, err := try(attacker, http.MethodPost, victimAdmin+"/drain", "", nil)
+	refused("POST /drain to the victim's queue-proxy", http.StatusForbidden, code, reason, err, "")
+	if code, _, err := try(attacker, http.MethodGet, victimAdmin+"/drain", "", nil); err == nil {
+		// A GET only waits for a drain SIGTERM started; none has.
+		t.Errorf("GET /drain to the victim's queue-proxy answered %d at once; want it to wait", code)
+	}
+	code, reason, err = try(attacker, http.MethodPost, "http://"+net.JoinHostPort(activatorIP, "8022")+"/drain", "", nil)
+	refused("POST /drain to an activator", http.StatusForbidden, code, reason, err, "")
+
+	// 2. Reaching the victim through the activator from another namespace,
+	// by Host or by the header that used to route.
+	code, reason, err = try(attacker, http.MethodGet, "http://"+acts[0]+"/", host, nil)
+	refused("a request for the victim through the activator", http.StatusForbidden, code, reason, err, "caller-not-allowed")
+	code, _, err = try(attacker, http.MethodGet, "http://"+acts[0]+"/", "nowhere."+other.ns+".svc", http.Header{"Swell-Service": {e.ns + "/" + name}})
+	if err != nil || code == http.StatusOK {
+		t.Errorf("a request routed by Swell-Service: %d %v; want it never to reach the victim", code, err)
+	}
+
+	// 3. Profiles from the metrics port.
+	code, _, err = try(attacker, http.MethodGet, victimMetrics+"/debug/pprof/", "", nil)
+	if err != nil || code == http.StatusOK {
+		t.Errorf("pprof from another pod: %d %v; want a refusal", code, err)
+	}
+
+	// 4. Load hidden behind Swell-Proxy: the attacker's direct requests,
+	// marked as the activator's, still scale the victim up while the
+	// friend's trickle keeps an activator reporting it.
+	loadCtx, stopLoad := context.WithTimeout(t.Context(), scaleTimeout)
+	defer stopLoad()
+	loader := e.clientIn(mustPod(t, other, "attacker"), 30*time.Second)
+	var load sync.WaitGroup
+	for range 6 {
+		load.Go(func() {
+			for loadCtx.Err() == nil {
+				try(loader, http.MethodGet, victimQP+"/?sleep=2s", "", http.Header{"Swell-Proxy": {"activator"}})
+			}
+		})
+	}
+	e.eventuallyWithin(name+" scaled up by load marked as the activator's", scaleTimeout, func(ctx context.Context) error {
+		n, err := e.replicas(ctx, name)
+		if err != nil {
+			return err
+		}
+		if n < 2 {
+			return fmt.Errorf("scale %d", n)
+		}
+		return nil
+	})
+	stopLoad()
+	load.Wait()
+
+	// 5. Speaking for an activator: the autoscaler takes reports only over
+	// TLS, and only with a token of the activators' account; a token of
+	// the attacker's own account is refused before the upgrade.
+	leader, err := autoscalerAddr(t.Context(), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.serviceAccount("attacker")
+	tr, err := other.cs.CoreV1().ServiceAccounts(other.ns).CreateToken(t.Context(), "attacker", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsAttacker := e.clientIn(mustPod(t, other, "attacker"), 5*time.Second)
+	tlsAttacker.Transport.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // the attacker trusts anything
+	for _, tc := range []struct {
+		what   string
+		header http.Header
+	}{
+		{"no token", nil},
+		{"the attacker's own service-account token", http.Header{"Authorization": {"Bearer " + tr.Status.Token}}},
+		{"a forged token", http.Header{"Authorization": {"Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"}}},
+	} {
+		code, _, err := try(tlsAttacker, http.MethodGet, "https://"+leader+"/activator", "", tc.header)
+		refused("a report to the autoscaler with "+tc.what, http.StatusUnauthorized, code, "", err, "")
+	}
+	// In clear text the TLS server answers only its own 400 ("an HTTP
+	// request to an HTTPS server"), never the endpoint's 401.
+	if code, _, err := try(attacker, http.MethodGet, "http://"+leader+"/activator", "", nil); err == nil && code != http.StatusBadRequest {
+		t.Errorf("the autoscaler answered %d in clear text; want TLS only", code)
+	}
+
+	// 6. The victim kept serving its own namespace, and was never
+	// restarted or drained.
+	stopFriend()
+	wg.Wait()
+	if friendOK.Load() == 0 || friendFailed.Load() > 0 {
+		t.Errorf("the friend's requests: %d answered, %d failed; want all answered", friendOK.Load(), friendFailed.Load())
+	}
+	got, err := e.cs.CoreV1().Pods(e.ns).Get(t.Context(), victim.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !isReady(got) || got.DeletionTimestamp != nil {
+		t.Errorf("the victim pod after the attacks: %s", describePod(got))
+	}
+	for _, cs := range got.Status.ContainerStatuses {
+		if cs.RestartCount != 0 {
+			t.Errorf("container %s of the victim restarted %d times", cs.Name, cs.RestartCount)
+		}
+	}
+	if s := os.Getenv("SWELL_CLUSTER_STATE"); s != "" {
+		t.Logf("cluster state in %s", s)
+	}
+}
+
+// serviceAccount creates a service account in e's namespace.
+func (e *env) serviceAccount(name string) {
+	e.t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if _, err := e.cs.CoreV1().ServiceAccounts(e.ns).Create(e.t.Context(), sa, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create service account %s/%s: %v", e.ns, name, err)
+	}
+}
+
+// autoscalerAddr is ip:port of the autoscaler that leads, from its
+// Service's one EndpointSlice.
+func autoscalerAddr(ctx context.Context, e *env) (string, error) {
+	list, err := e.cs.DiscoveryV1().EndpointSlices(swellNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=autoscaler",
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, s := range list.Items {
+		for _, p := range s.Ports {
+			if p.Port == nil {
+				continue
+			}
+			for _, ep := range s.Endpoints {
+				if len(ep.Addresses) > 0 {
+					return net.JoinHostPort(ep.Addresses[0], fmt.Sprint(*p.Port)), nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("the autoscaler Service has no endpoint")
+}
+
+// autoscalerGet GETs path from the autoscaler at addr over TLS, trusting
+// only the CAs of the ConfigMap it publishes for the activators, for the
+// name the activators dial.
+func (e *env) autoscalerGet(ctx context.Context, addr, path string) (int, string, error) {
+	cm, err := e.cs.CoreV1().ConfigMaps(swellNamespace).Get(ctx, "swell-ca", metav1.GetOptions{})
+	if err != nil {
+		return 0, "", err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])) {
+		return 0, "", fmt.Errorf("ConfigMap swell-ca holds no certificate")
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:           nil,
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "autoscaler." + swellNamespace + ".svc"},
+	}}
+	defer c.CloseIdleConnections()
+	return getWith(ctx, c, "https://"+addr+path)
+}
+
+// mustPod reads a pod of e's namespace.
+func mustPod(t *testing.T, e *env, name string) *corev1.Pod {
+	t.Helper()
+	p, err := e.cs.CoreV1().Pods(e.ns).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -13,10 +13,13 @@
 package activator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,9 +118,12 @@ type Activator struct {
 	// synced is closed once Run has applied the Source's services.
 	synced chan struct{}
 
-	mu      sync.Mutex // serialises sync
-	base    atomic.Pointer[context.Context]
-	probers sync.WaitGroup
+	mu sync.Mutex // serialises sync
+	// refusedClaims are the claimed hosts sync last refused, "service
+	// host" → the holder, so each refusal is logged once.
+	refusedClaims map[string]string
+	base          atomic.Pointer[context.Context]
+	probers       sync.WaitGroup
 }
 
 // New returns an Activator, or an error naming a bad Config field.
@@ -229,6 +235,44 @@ func (a *Activator) baseContext() context.Context {
 	return context.Background()
 }
 
+// claim is a service's claim on its ClaimedHosts.
+type claim struct {
+	t  *target
+	sv Service
+}
+
+// applyClaims routes the claimed hosts, the earliest claim first (then by
+// key), each only where no service's own name or an earlier claim has it.
+// A refused claim is logged once, when it first is.
+func (a *Activator) applyClaims(next *routeTable, claims []claim) {
+	slices.SortFunc(claims, func(x, y claim) int {
+		return cmp.Or(x.sv.ClaimedAt.Compare(y.sv.ClaimedAt), x.sv.Key.Compare(y.sv.Key))
+	})
+	refused := map[string]string{}
+	for _, c := range claims {
+		for _, h := range c.sv.ClaimedHosts {
+			h = normalizeHost(h)
+			switch other := next.byHost[h]; {
+			case other == c.t:
+			case other != nil:
+				refused[c.t.name+" "+h] = other.name
+			case clusterLocalForm(h):
+				refused[c.t.name+" "+h] = "(cluster-local names are not claimed)"
+			default:
+				next.byHost[h] = c.t
+			}
+		}
+	}
+	for k, holder := range refused {
+		if a.refusedClaims[k] != holder {
+			svc, host, _ := strings.Cut(k, " ")
+			a.log.Warn("host claimed by a service is another's; not routed to it",
+				zap.String("host", host), zap.String("service", svc), zap.String("holder", holder))
+		}
+	}
+	a.refusedClaims = refused
+}
+
 // sync applies the Source's current services: it updates the services it
 // has, creates new ones, closes vanished ones and publishes a new routing
 // table.
@@ -237,6 +281,7 @@ func (a *Activator) sync(services []Service) {
 	defer a.mu.Unlock()
 	old := a.table.Load()
 	next := newRouteTable()
+	var claims []claim
 	for _, sv := range services {
 		// A key made by service.Parse or service.New is valid; one a Source
 		// built by hand may not be, and would route and report nonsense.
@@ -264,7 +309,11 @@ func (a *Activator) sync(services []Service) {
 			}
 			next.byHost[h] = t
 		}
+		if len(sv.ClaimedHosts) > 0 {
+			claims = append(claims, claim{t, sv})
+		}
 	}
+	a.applyClaims(next, claims)
 	for key, t := range old.byKey {
 		if next.byKey[key] == nil {
 			t.close()

@@ -44,11 +44,30 @@ type CallerDirectory interface {
 // kubelet has published its address.
 type authorize struct {
 	next http.Handler
+	callerLookup
+	// hint ends a refusal: how to admit more callers.
+	hint string
+}
+
+// callerLookup finds a caller's namespace in dir, waiting up to wait for
+// an address no pod has yet.
+type callerLookup struct {
 	dir  CallerDirectory
 	clk  clock.WithDelayedExecution
 	wait time.Duration
-	// hint ends a refusal: how to admit more callers.
-	hint string
+}
+
+// namespace returns the namespace of r's caller, if it is a pod the
+// directory knows or learns of within the wait.
+func (l callerLookup) namespace(ctx context.Context, r *http.Request) (string, bool) {
+	ip, ok := callerAddr(r)
+	if !ok {
+		return "", false
+	}
+	if ns, ok := l.dir.Namespace(ip); ok {
+		return ns, true
+	}
+	return l.await(ctx, ip)
 }
 
 func (h *authorize) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -58,13 +77,7 @@ func (h *authorize) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	ip, ok := callerAddr(r)
-	ns, known := "", false
-	if ok {
-		if ns, known = h.dir.Namespace(ip); !known {
-			ns, known = h.await(e, ip)
-		}
-	}
+	ns, known := h.namespace(e, r)
 	if known && (ns == e.t.key.Namespace || slices.Contains(c.Namespaces, ns)) {
 		h.next.ServeHTTP(w, r)
 		return
@@ -78,7 +91,7 @@ func (h *authorize) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // await waits until the directory knows ip, the wait bound passes or the
 // client leaves.
-func (h *authorize) await(ctx context.Context, ip netip.Addr) (string, bool) {
+func (h callerLookup) await(ctx context.Context, ip netip.Addr) (string, bool) {
 	timer := h.clk.NewTimer(h.wait)
 	defer timer.Stop()
 	for {

@@ -172,7 +172,7 @@ func TestAuthorizeAllocatesNothing(t *testing.T) {
 	s := newStageEnv(t, 1, 1, nil)
 	dir := newFakeDirectory("192.0.2.1", "default", "192.0.2.2", "other")
 	passed := 0
-	h := &authorize{dir: dir, clk: s.clk, wait: DefaultCallerWait, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed++ })}
+	h := &authorize{callerLookup: callerLookup{dir: dir, clk: s.clk, wait: DefaultCallerWait}, next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed++ })}
 	s.t.callers.Store(&Callers{Namespaces: []string{"other"}})
 	_, e, r := s.exchange(t, context.Background())
 	for _, addr := range []string{"192.0.2.1:1234", "192.0.2.2:1234"} {

@@ -14,8 +14,12 @@ func (a *Activator) buildHandler() http.Handler {
 	// Outermost first: each stage sees only what the ones above let through.
 	return proxy.Chain(a.proxy,
 		// Host names the service (or, in the same process, WithService); a
-		// request for none is answered 404 and goes no further.
-		func(next http.Handler) http.Handler { return &router{next: next, table: &a.table} },
+		// Service's name alone is looked up in the caller's namespace, as
+		// cluster DNS would; a request for none is answered 404 and goes
+		// no further.
+		func(next http.Handler) http.Handler {
+			return &router{next: next, table: &a.table, callers: a.callerLookup()}
+		},
 		// On Kubernetes, only callers the service admits go on: before
 		// accounting, so that a refused caller neither counts as load
 		// nor wakes the service.
@@ -40,11 +44,20 @@ func (a *Activator) buildHandler() http.Handler {
 
 // authorizeStage is the caller's authorization, or nil (no stage) when
 // the activator knows no caller's namespace.
+// callerLookup finds callers' namespaces; the zero value (no
+// Config.Callers) finds none.
+func (a *Activator) callerLookup() callerLookup {
+	if a.cfg.Callers == nil {
+		return callerLookup{}
+	}
+	return callerLookup{dir: a.cfg.Callers, clk: a.clk, wait: a.cfg.CallerWait}
+}
+
 func (a *Activator) authorizeStage() func(http.Handler) http.Handler {
 	if a.cfg.Callers == nil {
 		return nil
 	}
 	return func(next http.Handler) http.Handler {
-		return &authorize{next: next, dir: a.cfg.Callers, clk: a.clk, wait: a.cfg.CallerWait, hint: a.cfg.CallersHint}
+		return &authorize{next: next, callerLookup: a.callerLookup(), hint: a.cfg.CallersHint}
 	}
 }

@@ -22,10 +22,23 @@ const DefaultClusterDomain = "cluster.local"
 type router struct {
 	next  http.Handler
 	table *atomic.Pointer[routeTable]
+	// callers resolves a short name; without a directory, none is.
+	callers callerLookup
 }
 
 func (h *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	t := h.table.Load().lookup(r)
+	tab := h.table.Load()
+	t := tab.lookup(r)
+	if t == nil && h.callers.dir != nil {
+		// A Service's name alone (http://hello/, hello:8080), as a pod
+		// reaches a Service of its own namespace: cluster DNS completes
+		// it with the caller's namespace, and so does the activator.
+		if host := normalizeHost(r.Host); isShortName(host) {
+			if ns, ok := h.callers.namespace(r.Context(), r); ok {
+				t = tab.byHost[host+"."+ns]
+			}
+		}
+	}
 	if t == nil {
 		notFound(w, r)
 		return
@@ -80,6 +93,24 @@ func (t *routeTable) lookup(r *http.Request) *target {
 		return t.byKey[key]
 	}
 	return t.byHost[normalizeHost(r.Host)]
+}
+
+// isShortName reports whether host is a single DNS label: a Service's name
+// without its namespace.
+func isShortName(host string) bool {
+	return host != "" && !strings.ContainsAny(host, ".:[]")
+}
+
+// clusterLocalForm reports whether host reads as a cluster-local name of
+// some service: <name>.<namespace>, or with .svc after those.
+func clusterLocalForm(host string) bool {
+	first := strings.IndexByte(host, '.')
+	if first < 0 {
+		return false
+	}
+	rest := host[first+1:]
+	second := strings.IndexByte(rest, '.')
+	return second < 0 || strings.HasPrefix(rest[second+1:], "svc") && (len(rest) == second+4 || rest[second+4] == '.')
 }
 
 // normalizeHost strips the port and a trailing dot and lower-cases host.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/swell-run/swell/pkg/service"
 
@@ -175,5 +176,89 @@ func TestRouter(t *testing.T) {
 				t.Errorf("body tracked %v, read %v; want %v", got.hasBody, got.body.read.Load(), tc.body != "")
 			}
 		})
+	}
+}
+
+// TestShortNamesAndClusterIPs: a Service's name alone (http://app/,
+// app:8080) routes in the caller's namespace, as cluster DNS completes it,
+// and so does a request to a Service's cluster IP; an unknown caller's
+// short name, or a short name of another namespace, does not.
+func TestShortNamesAndClusterIPs(t *testing.T) {
+	dir := newFakeDirectory("127.0.0.1", "tenant-a", "127.0.0.2", "tenant-b", "127.0.0.3", "ingress")
+	app := newFakePod(t, "app", true)
+	b := newFakePod(t, "b-app", true)
+	src := NewMemorySource(
+		Service{Key: mustKey("tenant-a/app"), Hosts: []string{"10.96.0.20", "[fd00:96::20]"}, Pods: []Pod{app.pod()},
+			Callers: Callers{Namespaces: []string{"ingress"}}},
+		Service{Key: mustKey("tenant-b/app"), Pods: []Pod{b.pod()}},
+	)
+	e := newEnv(t, src, func(c *Config) { c.Callers = dir }, nil)
+	e.waitRoutable(t, mustKey("tenant-a/app"), 1)
+	e.waitRoutable(t, mustKey("tenant-b/app"), 1)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		from, host string
+		code       int
+		body       string
+	}{
+		{"127.0.0.1", "app", http.StatusOK, "app"},
+		{"127.0.0.1", "APP:8080", http.StatusOK, "app"},
+		{"127.0.0.2", "app", http.StatusOK, "b-app"},
+		{"127.0.0.1", "10.96.0.20", http.StatusOK, "app"},
+		{"127.0.0.3", "10.96.0.20:80", http.StatusOK, "app"},
+		{"127.0.0.1", "[fd00:96::20]:80", http.StatusOK, "app"},
+		// The ingress namespace has no Service named app.
+		{"127.0.0.3", "app", http.StatusNotFound, ""},
+		// A cluster IP routes, but callers are still judged.
+		{"127.0.0.2", "10.96.0.20", http.StatusForbidden, ""},
+	} {
+		a := recv(t, e.send(ctx, clientFrom(tc.from), tc.host), "answer")
+		if a.code != tc.code || tc.body != "" && a.body != tc.body {
+			t.Errorf("from %s host %q: %d %q, want %d %q", tc.from, tc.host, a.code, a.body, tc.code, tc.body)
+		}
+	}
+	// A caller that is no pod has no namespace to complete a name in,
+	// once the wait for its address is over.
+	ch := e.send(ctx, clientFrom("127.0.0.9"), "app")
+	for recv(t, e.clk.timers, "the caller's wait") != DefaultCallerWait {
+	}
+	e.clk.Step(DefaultCallerWait)
+	if a := recv(t, ch, "answer"); a.code != http.StatusNotFound {
+		t.Errorf("a short name from a caller that is no pod: %d %q, want 404", a.code, a.body)
+	}
+}
+
+// TestClaimedHosts: a claimed host routes to its service, unless it is a
+// service's own name or an earlier claim has it: a newer claim, whatever
+// its key, cannot take a host over; a cluster-local name is never taken by
+// a claim.
+func TestClaimedHosts(t *testing.T) {
+	first, second, owner := newFakePod(t, "first", true), newFakePod(t, "second", true), newFakePod(t, "owner", true)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	src := NewMemorySource(
+		Service{Key: mustKey("zz/shop"), ClaimedAt: t0, ClaimedHosts: []string{"shop.example.com"}, Pods: []Pod{first.pod()}},
+		// Sorts first by key, claims later: it gets only what nobody had.
+		Service{Key: mustKey("aa/squat"), ClaimedAt: t0.Add(time.Hour),
+			ClaimedHosts: []string{"shop.example.com", "free.example.com", "web.payments", "web.payments.svc.cluster.local"},
+			Pods:         []Pod{second.pod()}},
+		Service{Key: mustKey("payments/web"), Pods: []Pod{owner.pod()}},
+	)
+	e := newEnv(t, src, nil, nil)
+	for _, k := range []string{"zz/shop", "aa/squat", "payments/web"} {
+		e.waitRoutable(t, mustKey(k), 1)
+	}
+	for host, want := range map[string]string{
+		"shop.example.com":               "first",
+		"free.example.com":               "second",
+		"web.payments":                   "owner",
+		"web.payments.svc.cluster.local": "owner",
+	} {
+		res, body := e.get(t, host, nil)
+		if res.StatusCode != http.StatusOK || body != want {
+			t.Errorf("host %q: %d %q, want %q", host, res.StatusCode, body, want)
+		}
+	}
+	if !clusterLocalForm("a.b") || !clusterLocalForm("a.b.svc") || !clusterLocalForm("a.b.svc.x.y") || clusterLocalForm("a.b.c") || clusterLocalForm("a.b.svcx") || clusterLocalForm("a") {
+		t.Error("clusterLocalForm misreads")
 	}
 }

@@ -3,6 +3,7 @@ package activator
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -22,9 +23,22 @@ type Service struct {
 	// Key names the service; service.Parse or service.New makes it.
 	// Requests whose context names it (WithService) route here.
 	Key service.Key
-	// Hosts are extra host names routed here besides the cluster-local
-	// ones derived from Key.
+	// Hosts are more names routed here besides the cluster-local ones
+	// derived from Key, from what the cluster says is the service's: the
+	// cluster-local names of the Services routed to it, and their cluster
+	// IPs (IPv6 in brackets), for clients that dialled them. Each is the
+	// service's alone; a name two services hold is the first's, in key
+	// order, and logged.
 	Hosts []string
+	// ClaimedHosts are names the service claims besides (an Ingress's or
+	// a gateway's host, swell.run/hosts on Kubernetes). They never take a
+	// name of Hosts or a cluster-local name of any service; a name claimed
+	// by several services is the earliest claim's (ClaimedAt, then key),
+	// so a newer claim cannot take a name over.
+	ClaimedHosts []string
+	// ClaimedAt orders claims: when the service first claimed its hosts
+	// (the pods-Service's creation on Kubernetes).
+	ClaimedAt time.Time
 	// ContainerConcurrency is how many requests one pod takes at once; 0
 	// means unbounded.
 	ContainerConcurrency int

@@ -66,6 +66,20 @@ func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.Endpoint
 		}
 		sv.Callers = activator.Callers{Any: c.Any, Namespaces: c.Namespaces}
 	}
+	if v, ok := svc.Annotations[kube.AnnotationClusterIPs]; ok {
+		ips, err := kube.ParseClusterIPs(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		sv.Hosts = append(sv.Hosts, ips...)
+	}
+	if v, ok := svc.Annotations[kube.AnnotationHosts]; ok {
+		hosts, err := kube.ParseHosts(v)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		sv.ClaimedHosts, sv.ClaimedAt = hosts, svc.CreationTimestamp.Time
+	}
 	sv.Pods = pods(eps)
 	return sv, errors.Join(errs...)
 }
@@ -151,5 +165,6 @@ func portNamed(es *discoveryv1.EndpointSlice, name string) (string, bool) {
 func equal(a, b activator.Service) bool {
 	return a.Key == b.Key && a.ContainerConcurrency == b.ContainerConcurrency &&
 		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.Pods, b.Pods) &&
+		slices.Equal(a.ClaimedHosts, b.ClaimedHosts) && a.ClaimedAt.Equal(b.ClaimedAt) &&
 		a.Callers.Any == b.Callers.Any && slices.Equal(a.Callers.Namespaces, b.Callers.Namespaces)
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -39,6 +40,33 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 	}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, %v\nwant %+v", got, err, want)
+	}
+}
+
+// TestToServiceClusterIPsAndClaims: the routed Services' cluster IPs are
+// the service's own hosts; its claimed hosts come with the pods-Service's
+// creation time, which orders competing claims; a claim that does not
+// parse claims nothing.
+func TestToServiceClusterIPsAndClaims(t *testing.T) {
+	svc := podsService("shop", "web",
+		kube.AnnotationServices, "front",
+		kube.AnnotationClusterIPs, "10.96.0.20,fd00:96::20",
+		kube.AnnotationHosts, "shop.example.com")
+	created := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	svc.CreationTimestamp = metav1.NewTime(created)
+	got, err := toService(webKey, svc, nil, "cluster.local")
+	want := activator.Service{
+		Key:          webKey,
+		Hosts:        []string{"front.shop", "front.shop.svc", "front.shop.svc.cluster.local", "10.96.0.20", "[fd00:96::20]"},
+		ClaimedHosts: []string{"shop.example.com"},
+		ClaimedAt:    created,
+	}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, %v\nwant %+v", got, err, want)
+	}
+	svc.Annotations[kube.AnnotationHosts] = "web.payments"
+	if got, err := toService(webKey, svc, nil, "cluster.local"); err == nil || len(got.ClaimedHosts) != 0 {
+		t.Errorf("a claim of a cluster-local name: %v, %v; want refused, nothing claimed", got.ClaimedHosts, err)
 	}
 }
 

@@ -53,6 +53,7 @@ var settable = []string{
 	AnnotationQueueDepth,
 	AnnotationContainer,
 	kube.AnnotationAllowedCallers,
+	kube.AnnotationHosts,
 }
 
 // known lists every swell.run/ key a workload may carry: the settable
@@ -168,6 +169,11 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 	// value is refused when applied rather than found later.
 	if v, ok := annotations[kube.AnnotationAllowedCallers]; ok {
 		if _, err := kube.ParseAllowedCallers(v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if v, ok := annotations[kube.AnnotationHosts]; ok {
+		if _, err := kube.ParseHosts(v); err != nil {
 			errs = append(errs, err)
 		}
 	}

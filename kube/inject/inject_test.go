@@ -338,3 +338,15 @@ func TestAllowedCallersJudgedAtAdmission(t *testing.T) {
 		t.Fatalf("a bad value: %v, want an error naming the key and the problem", err)
 	}
 }
+
+// TestHostsJudgedAtAdmission: swell.run/hosts is refused when applied if
+// it claims a cluster-local name or an address.
+func TestHostsJudgedAtAdmission(t *testing.T) {
+	if _, err := parseSettings(map[string]string{kube.AnnotationHosts: "shop.example.com,api.example.com"}, autoscaling.DefaultDefaults()); err != nil {
+		t.Fatalf("a list of hosts refused: %v", err)
+	}
+	_, err := parseSettings(map[string]string{kube.AnnotationHosts: "web.payments.svc.cluster.local"}, autoscaling.DefaultDefaults())
+	if err == nil || !strings.Contains(err.Error(), kube.AnnotationHosts) || !strings.Contains(err.Error(), "cluster-local") {
+		t.Errorf("another namespace's cluster-local name: %v, want refused", err)
+	}
+}

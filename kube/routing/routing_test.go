@@ -731,16 +731,17 @@ func TestServiceThatNoLongerSelectsIsGivenBack(t *testing.T) {
 }
 
 func TestPodsService(t *testing.T) {
-	h := newHarness(t, webDeployment(),
-		userService("web", map[string]string{"app": "web"}),
-		userService("api", map[string]string{"app": "web"}),
+	web, api := userService("web", map[string]string{"app": "web"}), userService("api", map[string]string{"app": "web"})
+	web.Spec.ClusterIP, web.Spec.ClusterIPs = "10.96.0.20", []string{"10.96.0.20", "fd00:96::20"}
+	api.Spec.ClusterIP = "10.96.0.10" // no clusterIPs: as an older API server writes it
+	h := newHarness(t, webDeployment(), web, api,
 		userService("other", map[string]string{"app": "other"}),
 		twoPods(), twoActivators())
 	h.sync()
 	p := h.service(kube.PodsServiceName("web"))
 	equal(t, "labels", p.Labels, map[string]string{kube.LabelDeployment: "web", kube.LabelManagedBy: kube.ManagedBy})
 	equal(t, "annotations", p.Annotations, map[string]string{kube.AnnotationServices: "api,web", kube.AnnotationContainerConcurrency: "4",
-		kube.AnnotationAllowedCallers: ""})
+		kube.AnnotationAllowedCallers: "", kube.AnnotationHosts: "", kube.AnnotationClusterIPs: "10.96.0.10,10.96.0.20,fd00:96::20"})
 	equal(t, "owner", p.OwnerReferences, []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-web", Controller: ptr.To(true)}})
 	equal(t, "cluster IP", p.Spec.ClusterIP, corev1.ClusterIPNone)
 	equal(t, "selector", p.Spec.Selector, map[string]string{"app": "web"})
@@ -780,7 +781,8 @@ func TestPodsService(t *testing.T) {
 	h.sync()
 	equal(t, "writes", h.writes(), []string{"update services web-swell-pods", "delete endpointslices api-swell"})
 	equal(t, "annotations", h.service(kube.PodsServiceName("web")).Annotations,
-		map[string]string{kube.AnnotationServices: "web", kube.AnnotationContainerConcurrency: "0", kube.AnnotationAllowedCallers: ""})
+		map[string]string{kube.AnnotationServices: "web", kube.AnnotationContainerConcurrency: "0", kube.AnnotationAllowedCallers: "",
+			kube.AnnotationHosts: "", kube.AnnotationClusterIPs: "10.96.0.20,fd00:96::20"})
 
 	// The callers allowed are copied, validated; a bad value keeps the
 	// previous one, with both problems in one warning.
@@ -803,6 +805,28 @@ func TestPodsService(t *testing.T) {
 	if len(events) != 1 || !strings.Contains(events[0], kube.AnnotationAllowedCallers) || !strings.Contains(events[0], "container-concurrency") ||
 		!strings.HasSuffix(events[0], "keeps container concurrency 0 and callers ingress-nginx,monitoring") {
 		t.Errorf("events = %q, want one warning naming both keys and keeping both values", events)
+	}
+}
+
+// TestPodsServiceHosts: the extra hosts are copied, validated; a value
+// that claims another namespace's cluster-local name keeps the previous
+// one, with a warning.
+func TestPodsServiceHosts(t *testing.T) {
+	d := webDeployment()
+	d.Annotations[kube.AnnotationHosts] = "Shop.Example.com, api.example.com"
+	h := newHarness(t, d, userService("web", map[string]string{"app": "web"}), twoPods())
+	h.sync()
+	equal(t, "hosts", h.service(kube.PodsServiceName("web")).Annotations[kube.AnnotationHosts], "api.example.com,shop.example.com")
+	d.Annotations[kube.AnnotationHosts] = "web.payments.svc.cluster.local"
+	if _, err := h.client.AppsV1().Deployments(ns).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.events()
+	h.sync()
+	equal(t, "hosts", h.service(kube.PodsServiceName("web")).Annotations[kube.AnnotationHosts], "api.example.com,shop.example.com")
+	if events := h.events(); len(events) != 1 || !strings.Contains(events[0], "cluster-local") ||
+		!strings.HasSuffix(events[0], "keeps hosts api.example.com,shop.example.com") {
+		t.Errorf("events = %q, want one warning keeping the previous hosts", events)
 	}
 }
 

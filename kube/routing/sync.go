@@ -1,11 +1,14 @@
 package routing
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -433,7 +436,9 @@ func (r *Router) ensurePodsService(ctx context.Context, d *appsv1.Deployment, se
 	case err != nil:
 		return err
 	}
-	want := podsService(d, services, r.copiedAnnotations(d, cur))
+	copied := r.copiedAnnotations(d, cur)
+	copied[kube.AnnotationClusterIPs] = r.clusterIPs(d.Namespace, services)
+	want := podsService(d, services, copied)
 	if cur == nil {
 		_, err := api.Create(ctx, want, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
@@ -470,11 +475,36 @@ func (r *Router) ensurePodsService(ctx context.Context, d *appsv1.Deployment, se
 	return nil
 }
 
+// clusterIPs is the value of kube.AnnotationClusterIPs for the Services
+// named services in namespace ns: their cluster IPs, sorted, each once.
+// A Service not in the cache yet adds none; its event brings the
+// Deployment here again.
+func (r *Router) clusterIPs(ns string, services []string) string {
+	var ips []string
+	for _, name := range services {
+		svc, err := r.services.Services(ns).Get(name)
+		if err != nil {
+			continue
+		}
+		addrs := svc.Spec.ClusterIPs
+		if len(addrs) == 0 {
+			addrs = []string{svc.Spec.ClusterIP}
+		}
+		for _, ip := range addrs {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				ips = append(ips, a.String())
+			}
+		}
+	}
+	slices.Sort(ips)
+	return strings.Join(slices.Compact(ips), ",")
+}
+
 // copiedAnnotations are the annotations of d the activator reads, as the
-// pods-Service carries them for it, validated: container concurrency and
-// the callers allowed. One that does not parse keeps the value the
-// pods-Service had (its default when it had none that parses), with one
-// warning on d for every problem.
+// pods-Service carries them for it, validated: container concurrency, the
+// callers allowed and the extra hosts. One that does not parse keeps the
+// value the pods-Service had (its default when it had none that parses),
+// with one warning on d for every problem.
 func (r *Router) copiedAnnotations(d *appsv1.Deployment, cur *corev1.Service) map[string]string {
 	var prev map[string]string
 	if cur != nil {
@@ -516,6 +546,19 @@ func (r *Router) copiedAnnotations(d *appsv1.Deployment, cur *corev1.Service) ma
 		kept = append(kept, "callers "+shown)
 	}
 
+	hosts, err := kube.ParseHosts(d.Annotations[kube.AnnotationHosts])
+	if err == nil {
+		out[kube.AnnotationHosts] = strings.Join(hosts, ",")
+	} else {
+		v := ""
+		if h, perr := kube.ParseHosts(prev[kube.AnnotationHosts]); perr == nil {
+			v = strings.Join(h, ",")
+		}
+		out[kube.AnnotationHosts] = v
+		errs = append(errs, err)
+		kept = append(kept, "hosts "+cmp.Or(v, "none"))
+	}
+
 	if len(errs) == 0 {
 		r.unwarn(d.UID, ReasonInvalidAnnotations)
 	} else {
@@ -543,6 +586,8 @@ func podsService(d *appsv1.Deployment, services []string, copied map[string]stri
 				kube.AnnotationServices:             strings.Join(services, ","),
 				kube.AnnotationContainerConcurrency: copied[kube.AnnotationContainerConcurrency],
 				kube.AnnotationAllowedCallers:       copied[kube.AnnotationAllowedCallers],
+				kube.AnnotationHosts:                copied[kube.AnnotationHosts],
+				kube.AnnotationClusterIPs:           copied[kube.AnnotationClusterIPs],
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: ptr.To(true),

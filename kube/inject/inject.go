@@ -48,6 +48,13 @@ const DrainQuietPeriod = 5 * time.Second
 // the app to exit on SIGTERM.
 const drainMargin = 10 * time.Second
 
+// drainTimeout is the queue-proxy's DRAIN_TIMEOUT for a request timeout:
+// long enough for a request that began just before the drain, and the
+// quiet period after it.
+func drainTimeout(requestTimeout time.Duration) time.Duration {
+	return requestTimeout + DrainQuietPeriod
+}
+
 // defaultGracePeriod is Kubernetes' terminationGracePeriodSeconds default.
 const defaultGracePeriod = 30 * time.Second
 
@@ -147,7 +154,7 @@ func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Confi
 		c.Lifecycle.PreStop = drainHook()
 	}
 
-	need := s.timeout + DrainQuietPeriod + drainMargin
+	need := drainTimeout(s.timeout) + drainMargin
 	grace := defaultGracePeriod
 	if spec.TerminationGracePeriodSeconds != nil {
 		grace = time.Duration(*spec.TerminationGracePeriodSeconds) * time.Second
@@ -364,7 +371,13 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar
 		probeEnv = []corev1.EnvVar{{Name: "USER_PROBE_PATH", Value: ""}}
 	}
 	env = append(env, probeEnv...)
-	env = append(env, corev1.EnvVar{Name: "DRAIN_QUIET_PERIOD", Value: autoscaling.FormatDuration(DrainQuietPeriod)})
+	env = append(env,
+		corev1.EnvVar{Name: "DRAIN_QUIET_PERIOD", Value: autoscaling.FormatDuration(DrainQuietPeriod)},
+		// The drain outlasts the longest request: one that began just
+		// before it, then the quiet period. The preStop hook returns when
+		// the drain ends, and the kubelet then stops the app.
+		corev1.EnvVar{Name: "DRAIN_TIMEOUT", Value: autoscaling.FormatDuration(drainTimeout(s.timeout))},
+	)
 
 	yes, no, uid := true, false, int64(RunAsUser)
 	return corev1.Container{

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/queueproxy"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.yaml from the current output")
@@ -186,6 +188,43 @@ func TestTimeoutSetsGracePeriod(t *testing.T) {
 		}
 		if got := *tpl.Spec.TerminationGracePeriodSeconds; got != tt.want {
 			t.Errorf("timeout %q, grace %v: grace %d; want %d", tt.timeout, tt.given, got, tt.want)
+		}
+	}
+}
+
+// TestDrainOutlastsTheLongestRequest: the queue-proxy, configured by the
+// environment injection gives it, drains for at least the request timeout
+// plus the quiet period, so a request that began just before the drain
+// ends before the preStop hook returns and the kubelet stops the app; and
+// the grace period covers that drain. With the queue-proxy's own 30 s
+// default, a 40 s request was cut at scale-down.
+func TestDrainOutlastsTheLongestRequest(t *testing.T) {
+	for _, timeout := range []string{"", "40s", "5m", "1h"} {
+		tpl := corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+		}
+		meta := metav1.ObjectMeta{Annotations: map[string]string{}}
+		if timeout != "" {
+			meta.Annotations[AnnotationTimeout] = timeout
+		}
+		if err := Template(meta, &tpl, testConfig()); err != nil {
+			t.Fatal(err)
+		}
+		qp := tpl.Spec.Containers[len(tpl.Spec.Containers)-1]
+		env := map[string]string{}
+		for _, e := range qp.Env {
+			env[e.Name] = e.Value
+		}
+		cfg, err := queueproxy.ParseConfig(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if err != nil {
+			t.Fatalf("timeout %q: the queue-proxy refuses its injected environment: %v", timeout, err)
+		}
+		if cfg.DrainTimeout < cfg.RequestTimeout+cfg.DrainQuietPeriod {
+			t.Errorf("timeout %q: drain timeout %v < request timeout %v + quiet period %v", timeout, cfg.DrainTimeout, cfg.RequestTimeout, cfg.DrainQuietPeriod)
+		}
+		if grace := time.Duration(*tpl.Spec.TerminationGracePeriodSeconds) * time.Second; grace < cfg.DrainTimeout+drainMargin {
+			t.Errorf("timeout %q: grace period %v < drain timeout %v + %v", timeout, grace, cfg.DrainTimeout, drainMargin)
 		}
 	}
 }

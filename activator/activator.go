@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"slices"
@@ -36,8 +37,11 @@ import (
 
 // Defaults for Config's zero values.
 const (
-	DefaultQueueDepth        = 10000
-	DefaultQueueTimeout      = network.DefaultRequestTimeout
+	DefaultQueueDepth   = 10000
+	DefaultQueueTimeout = network.DefaultRequestTimeout
+	// DefaultGoneGrace: a Source's brief absences (a relist, an object
+	// recreated) last well under it.
+	DefaultGoneGrace         = 30 * time.Second
 	DefaultProbeInterval     = 25 * time.Millisecond
 	DefaultProbeFastWindow   = 30 * time.Second
 	DefaultProbeSlowInterval = time.Second
@@ -91,6 +95,12 @@ type Config struct {
 	// known pod's waits for the Callers directory to learn of one (a pod
 	// that just started) before it is refused. DefaultCallerWait if 0.
 	CallerWait time.Duration
+	// GoneGrace is how long a service that left the Source while it held
+	// requests keeps them, and keeps reporting them, in case it comes
+	// back (an informer relisting, a pods-Service recreated): it then
+	// serves them as if it had never left. Past it, they are answered
+	// 503 service-gone at once. DefaultGoneGrace if 0.
+	GoneGrace time.Duration
 	// Registerer receives the Prometheus metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Clock is the time source; the real clock if nil.
@@ -161,6 +171,7 @@ func New(cfg Config) (*Activator, error) {
 		{&cfg.ProbeTimeout, DefaultProbeTimeout, "probe timeout"},
 		{&cfg.DialTimeout, DefaultDialTimeout, "dial timeout"},
 		{&cfg.CallerWait, DefaultCallerWait, "caller wait"},
+		{&cfg.GoneGrace, DefaultGoneGrace, "gone grace"},
 	} {
 		if *d.v == 0 {
 			*d.v = d.def
@@ -295,6 +306,9 @@ func (a *Activator) sync(services []Service) {
 		}
 		t := old.byKey[sv.Key]
 		if t == nil {
+			t = old.gone[sv.Key] // back within its grace: its held requests go on
+		}
+		if t == nil {
 			t = a.newTarget(sv.Key)
 		}
 		t.update(sv)
@@ -314,14 +328,59 @@ func (a *Activator) sync(services []Service) {
 		}
 	}
 	a.applyClaims(next, claims)
+	now := a.clk.Now()
 	for key, t := range old.byKey {
-		if next.byKey[key] == nil {
+		if next.byKey[key] != nil {
+			continue
+		}
+		if t.held() == 0 {
 			t.close()
+			continue
+		}
+		// It holds requests: they wait for it to come back, and are
+		// reported meanwhile, until its grace ends (expireGone).
+		t.goneSince = now
+		next.gone[key] = t
+		// On its own goroutine: a fake clock runs the function while it
+		// holds its lock, and expireGone reads the time.
+		a.clk.AfterFunc(a.cfg.GoneGrace, func() { go a.expireGone() })
+	}
+	for key, t := range old.gone {
+		switch {
+		case next.byKey[key] != nil:
+			t.goneSince = time.Time{}
+		case now.Sub(t.goneSince) >= a.cfg.GoneGrace || t.held() == 0:
+			t.close()
+		default:
+			next.gone[key] = t
 		}
 	}
 	a.table.Store(next)
 	ch := make(chan struct{})
 	close(*a.tableChanged.Swap(&ch))
+}
+
+// expireGone closes the services whose grace has ended.
+func (a *Activator) expireGone() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.table.Load()
+	now := a.clk.Now()
+	var expired []*target
+	for _, t := range old.gone {
+		if now.Sub(t.goneSince) >= a.cfg.GoneGrace {
+			expired = append(expired, t)
+		}
+	}
+	if len(expired) == 0 {
+		return
+	}
+	next := &routeTable{byHost: old.byHost, byKey: old.byKey, gone: maps.Clone(old.gone)}
+	for _, t := range expired {
+		delete(next.gone, t.key)
+		t.close()
+	}
+	a.table.Store(next)
 }
 
 // Report gives the autoscaler's reporter (activator/reporter's Source) each
@@ -332,13 +391,16 @@ func (a *Activator) sync(services []Service) {
 // its text form, the wire's, made once per service so that a report
 // allocates nothing.
 func (a *Activator) Report(now time.Time, emit func(key string, f stats.ActivatorFigures)) {
-	for _, t := range a.table.Load().byKey {
-		rep := t.tracker.Report(now)
-		in := t.tracker.InFlight()
-		if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {
-			continue
+	tab := a.table.Load()
+	for _, m := range []map[service.Key]*target{tab.byKey, tab.gone} {
+		for _, t := range m {
+			rep := t.tracker.Report(now)
+			in := t.tracker.InFlight()
+			if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {
+				continue
+			}
+			emit(t.name, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
 		}
-		emit(t.name, stats.ActivatorFigures{Concurrency: rep.Concurrency, Requests: rep.Requests, InFlight: uint64(max(in, 0))})
 	}
 }
 

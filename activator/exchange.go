@@ -140,7 +140,9 @@ type queueBound struct {
 func (b queueBound) of(e *exchange) context.Context {
 	if e.wait == nil {
 		ctx, cancel := context.WithCancel(e.Context)
-		e.wait = &boundedWait{Context: ctx, cancel: cancel, timer: b.clk.AfterFunc(b.timeout, cancel)}
+		e.wait = &boundedWait{Context: ctx, cancel: cancel, timer: b.clk.AfterFunc(b.timeout, cancel),
+			// A service closed while its requests wait ends their waits.
+			unlink: context.AfterFunc(e.t.gone, cancel)}
 	}
 	return e.wait
 }
@@ -151,9 +153,11 @@ type boundedWait struct {
 	context.Context
 	cancel context.CancelFunc
 	timer  interface{ Stop() bool }
+	unlink func() bool
 }
 
 func (w *boundedWait) stop() {
 	w.timer.Stop()
+	w.unlink()
 	w.cancel()
 }

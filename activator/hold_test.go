@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 type answer struct {
@@ -107,5 +108,63 @@ func TestHeldAcrossServicesIsBounded(t *testing.T) {
 	e.clk.queued(t, DefaultQueueTimeout)
 	if n, _ := e.a.Queued(b); n != 2 {
 		t.Errorf("service b: %d queued once there was room, want 2", n)
+	}
+}
+
+// TestServiceBackWithinGrace: a service that leaves the source while it
+// holds a request (an informer relisting, a pods-Service recreated) keeps
+// the request, and keeps reporting it, and serves it once it is back; it
+// is not stranded until its 5-minute bound.
+func TestServiceBackWithinGrace(t *testing.T) {
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1})
+	e := newEnv(t, src, nil, nil)
+	e.waitRoutable(t, helloKey, 0)
+	held := e.send(context.Background(), http.DefaultClient, "hello.default")
+	e.clk.queued(t, DefaultQueueTimeout)
+
+	src.Remove(helloKey)
+	for recv(t, e.clk.afterFuncs, "the grace timer") != DefaultGoneGrace {
+	}
+	var inFlight uint64
+	e.a.Report(e.clk.Now(), func(key string, f stats.ActivatorFigures) {
+		if key == helloKey.String() {
+			inFlight = f.InFlight
+		}
+	})
+	if inFlight != 1 {
+		t.Errorf("reported in flight %d while the service is away, want its held request", inFlight)
+	}
+
+	pod := newFakePod(t, "p1", true)
+	src.Set(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	if a := recv(t, held, "the held request"); a.code != http.StatusOK {
+		t.Errorf("held request: %d %s=%q, want 200 once the service is back", a.code, network.ReasonHeader, a.reason)
+	}
+	// The grace that ran out meanwhile closes nothing.
+	e.clk.Step(DefaultGoneGrace)
+	if res, body := e.get(t, "hello.default", nil); res.StatusCode != http.StatusOK || body != "p1" {
+		t.Errorf("after the old grace: %d %q, want the pod", res.StatusCode, body)
+	}
+}
+
+// TestServiceGoneAnswersAtOnce: a service that does not come back within
+// the grace answers what it holds 503 service-gone at once, rather than
+// 504 at the end of the queue bound.
+func TestServiceGoneAnswersAtOnce(t *testing.T) {
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1})
+	e := newEnv(t, src, nil, nil)
+	e.waitRoutable(t, helloKey, 0)
+	held := e.send(context.Background(), http.DefaultClient, "hello.default")
+	e.clk.queued(t, DefaultQueueTimeout)
+	src.Remove(helloKey)
+	for recv(t, e.clk.afterFuncs, "the grace timer") != DefaultGoneGrace {
+	}
+	e.clk.Step(DefaultGoneGrace)
+	a := recv(t, held, "the held request")
+	if a.code != http.StatusServiceUnavailable || a.reason != network.ReasonServiceGone {
+		t.Errorf("held request of a gone service: %d %s=%q, want 503 %s", a.code, network.ReasonHeader, a.reason, network.ReasonServiceGone)
+	}
+	if res, _ := e.get(t, "hello.default", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("a new request for the gone service: %d, want 404", res.StatusCode)
 	}
 }

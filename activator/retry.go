@@ -61,7 +61,7 @@ func (h *retry) awaitPods(w http.ResponseWriter, r *http.Request, e *exchange) b
 		return true
 	case <-wait.Done():
 		t.Stop()
-		refuse(w, r, wait.Err())
+		refuse(w, r, e.t, wait.Err())
 		return false
 	}
 }

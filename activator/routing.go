@@ -72,10 +72,14 @@ func ServiceFrom(ctx context.Context) (service.Key, bool) {
 type routeTable struct {
 	byHost map[string]*target
 	byKey  map[service.Key]*target
+	// gone are services that left the Source holding requests, within
+	// their grace (Config.GoneGrace): nothing new routes to them, but
+	// their held requests wait for them to come back and are reported.
+	gone map[service.Key]*target
 }
 
 func newRouteTable() *routeTable {
-	return &routeTable{byHost: map[string]*target{}, byKey: map[service.Key]*target{}}
+	return &routeTable{byHost: map[string]*target{}, byKey: map[service.Key]*target{}, gone: map[service.Key]*target{}}
 }
 
 // clusterLocalNames returns the names a service is reachable by inside the

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/service"
@@ -44,7 +45,17 @@ type target struct {
 	mu     sync.Mutex
 	pods   map[string]*pod // every pod the source lists, by name
 	closed bool
+	// gone ends the waits of the requests it holds once it is closed.
+	gone       context.Context
+	cancelGone context.CancelFunc
+	// goneSince is when the service left the Source, under Activator.mu;
+	// zero while it is listed.
+	goneSince time.Time
 }
+
+// held is how many of the service's requests the activator holds now:
+// waiting for a pod, or on their way to one.
+func (t *target) held() int64 { return max(t.tracker.InFlight(), 0) }
 
 func (a *Activator) newTarget(key service.Key) *target {
 	// Capacity 0 admits nobody until a pod is routable; the queue depth was
@@ -61,6 +72,7 @@ func (a *Activator) newTarget(key service.Key) *target {
 		pods:    map[string]*pod{},
 		waits:   callerWaits{n: map[netip.Addr]int{}},
 	}
+	t.gone, t.cancelGone = context.WithCancel(context.Background())
 	t.callers.Store(&Callers{})
 	t.routable.Store(new([]*pod))
 	ch := make(chan struct{})
@@ -114,7 +126,7 @@ func (t *target) update(sv Service) {
 }
 
 // close stops all probing and routes nothing more to the service's pods.
-// Requests already queued wait out their bound.
+// Requests still waiting for a pod are answered 503 service-gone at once.
 func (t *target) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -123,6 +135,7 @@ func (t *target) close() {
 	}
 	t.closed = true
 	t.publishLocked()
+	t.cancelGone()
 	t.a.metrics.deleteService(t.name)
 }
 

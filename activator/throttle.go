@@ -38,7 +38,7 @@ func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.m.queued.Dec()
 		h.limits.leave(t, caller)
 		if err != nil {
-			refuse(w, r, err)
+			refuse(w, r, t, err)
 			return
 		}
 	}
@@ -47,14 +47,17 @@ func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse answers a request that stopped waiting without a pod: 503 when
-// the queue was full, 504 when the wait bound passed. A client that went
-// away gets nothing: there is nobody to write to, and accounting records
-// StatusClientClosed.
-func refuse(w http.ResponseWriter, r *http.Request, err error) {
+// the queue was full or the service is gone (it left the Source and did
+// not come back within the grace), 504 when the wait bound passed. A
+// client that went away gets nothing: there is nobody to write to, and
+// accounting records StatusClientClosed.
+func refuse(w http.ResponseWriter, r *http.Request, t *target, err error) {
 	switch {
 	case r.Context().Err() != nil:
 	case errors.Is(err, breaker.ErrQueueFull):
 		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
+	case t.gone.Err() != nil:
+		proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonServiceGone)
 	default:
 		proxy.Reject(w, http.StatusGatewayTimeout, network.ReasonRequestTimeout)
 	}

@@ -71,6 +71,11 @@ const (
 // it knows.
 const ReasonUnknownService = "unknown-service"
 
+// ReasonServiceGone answers, with 503, a request the activator held for a
+// service that left its source and did not come back within the grace
+// (the Deployment deleted, opted out): it may be sent again.
+const ReasonServiceGone = "service-gone"
+
 // ReasonCallerNotAllowed is the activator's reason for a 403: the caller
 // is no pod of a namespace the service admits (on Kubernetes: its own, and
 // those its Deployment's swell.run/allowed-callers annotation lists).

@@ -134,6 +134,10 @@ type Activator struct {
 	refusedClaims map[string]string
 	base          atomic.Pointer[context.Context]
 	probers       sync.WaitGroup
+	// proberMu makes starting a prober and Run's stop one or the other:
+	// once stopping, no prober starts, so Run's wait sees every one.
+	proberMu sync.Mutex
+	stopping bool
 }
 
 // New returns an Activator, or an error naming a bad Config field.
@@ -224,6 +228,9 @@ func (a *Activator) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			a.proberMu.Lock()
+			a.stopping = true
+			a.proberMu.Unlock()
 			a.probers.Wait()
 			return nil
 		case <-a.cfg.Source.Changed():
@@ -237,6 +244,18 @@ func (a *Activator) Run(ctx context.Context) error {
 // answered 404. An embedder that owns the Source waits for it before taking
 // traffic.
 func (a *Activator) Synced() <-chan struct{} { return a.synced }
+
+// startProber runs probe on a goroutine of its own, which Run waits for,
+// unless Run is stopping; it reports whether it started.
+func (a *Activator) startProber(probe func()) bool {
+	a.proberMu.Lock()
+	defer a.proberMu.Unlock()
+	if a.stopping {
+		return false
+	}
+	a.probers.Go(probe)
+	return true
+}
 
 // baseContext is the context probers run under.
 func (a *Activator) baseContext() context.Context {

@@ -107,3 +107,37 @@ func TestReportAllocatesNothing(t *testing.T) {
 		t.Errorf("%d entries in 11 reports of 100 loaded services, want %d", n, 11*100)
 	}
 }
+
+// TestNoProberAfterStop: once Run has begun waiting for its probers, a
+// pod dropped by a request in flight (it refused a connection) starts no
+// prober: one started then would outlive Run, or race its wait.
+func TestNoProberAfterStop(t *testing.T) {
+	pod := newFakePod(t, "p1", true)
+	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
+	a, err := New(Config{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Run(ctx); close(done) }()
+	recv(t, a.Synced(), "sync")
+	tg := a.table.Load().byKey[helloKey]
+	for {
+		ch := *tg.changed.Load()
+		if tg.routableCount() == 1 {
+			break
+		}
+		recv(t, ch, "the pod routable")
+	}
+	p := tg.pods["p1"]
+	cancel()
+	recv(t, done, "Run's return")
+	tg.drop(p)
+	tg.mu.Lock()
+	started := p.stop != nil
+	tg.mu.Unlock()
+	if started {
+		t.Error("a prober started after Run returned")
+	}
+}

@@ -154,8 +154,11 @@ func (t *target) probeLocked(p *pod) {
 		return
 	}
 	ctx, cancel := context.WithCancel(t.a.baseContext())
+	if !t.a.startProber(func() { t.a.probeUntilReady(ctx, t, p) }) {
+		cancel() // the activator is stopping: nothing more is probed
+		return
+	}
 	p.stop = cancel
-	t.a.probers.Go(func() { t.a.probeUntilReady(ctx, t, p) })
 }
 
 // markRoutable makes p take traffic after its probe passed.

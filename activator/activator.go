@@ -138,6 +138,9 @@ type Activator struct {
 	// once stopping, no prober starts, so Run's wait sees every one.
 	proberMu sync.Mutex
 	stopping bool
+	// peers is how many activators share each service's capacity
+	// (PeerSource); 1 otherwise.
+	peers atomic.Int64
 }
 
 // New returns an Activator, or an error naming a bad Config field.
@@ -208,6 +211,7 @@ func New(cfg Config) (*Activator, error) {
 		synced:      make(chan struct{}),
 	}
 	a.table.Store(newRouteTable())
+	a.peers.Store(1)
 	ch := make(chan struct{})
 	a.tableChanged.Store(&ch)
 	a.handler = a.buildHandler()
@@ -310,6 +314,11 @@ func (a *Activator) sync(services []Service) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := a.table.Load()
+	peersChanged := false
+	if ps, ok := a.cfg.Source.(PeerSource); ok {
+		n := int64(max(ps.Peers(), 1))
+		peersChanged = a.peers.Swap(n) != n
+	}
 	next := newRouteTable()
 	var claims []claim
 	for _, sv := range services {
@@ -330,7 +339,7 @@ func (a *Activator) sync(services []Service) {
 		if t == nil {
 			t = a.newTarget(sv.Key)
 		}
-		t.update(sv)
+		t.update(sv, peersChanged)
 		next.byKey[sv.Key] = t
 		names := append(clusterLocalNames(sv.Key, a.cfg.ClusterDomain), sv.Hosts...)
 		for _, h := range names {

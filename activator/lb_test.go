@@ -88,12 +88,14 @@ func TestPickTwoChoicesPrefersLessLoaded(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	for _, tc := range []struct{ pods, cc, want int }{
-		{0, 0, 0}, {0, 5, 0}, {1, 0, breaker.MaxCapacity}, {3, 0, breaker.MaxCapacity},
-		{1, 1, 1}, {3, 10, 30}, {1 << 20, 1 << 20, breaker.MaxCapacity},
+	for _, tc := range []struct{ pods, cc, peers, want int }{
+		{0, 0, 1, 0}, {0, 5, 1, 0}, {1, 0, 1, breaker.MaxCapacity}, {3, 0, 3, breaker.MaxCapacity},
+		{1, 1, 1, 1}, {3, 10, 1, 30}, {1 << 20, 1 << 20, 1, breaker.MaxCapacity},
+		// Shared among activators, rounded up: each may always send one.
+		{3, 10, 3, 10}, {1, 10, 3, 4}, {1, 1, 3, 1}, {2, 5, 0, 10}, {0, 5, 3, 0},
 	} {
-		if got := capacity(tc.pods, tc.cc); got != tc.want {
-			t.Errorf("capacity(%d pods, cc %d) = %d, want %d", tc.pods, tc.cc, got, tc.want)
+		if got := capacity(tc.pods, tc.cc, tc.peers); got != tc.want {
+			t.Errorf("capacity(%d pods, cc %d, %d activators) = %d, want %d", tc.pods, tc.cc, tc.peers, got, tc.want)
 		}
 	}
 }
@@ -168,5 +170,38 @@ func TestBalanceNoFreeSlot(t *testing.T) {
 	}
 	if n := metric(t, s.reg, "swell_activator_queue_wait_seconds", nil); n != 0 {
 		t.Errorf("%v queue waits observed without a pod, want 0", n)
+	}
+}
+
+// peerSource is a MemorySource that says how many activators serve.
+type peerSource struct {
+	*MemorySource
+	n atomic.Int64
+}
+
+func (p *peerSource) Peers() int { return int(p.n.Load()) }
+
+// TestCapacitySharedAmongActivators: with three activators serving a
+// service, each admits a third of its pods' slots (rounded up), so that
+// together they do not send the pods three times what they take; when the
+// count changes, the share follows.
+func TestCapacitySharedAmongActivators(t *testing.T) {
+	pods := []Pod{newFakePod(t, "p1", true).pod(), newFakePod(t, "p2", true).pod()}
+	src := &peerSource{MemorySource: NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 3, Pods: pods})}
+	src.n.Store(3)
+	e := newEnv(t, src.MemorySource, func(c *Config) { c.Source = src }, nil)
+	e.waitRoutable(t, helloKey, 2)
+	tg := e.a.table.Load().byKey[helloKey]
+	if c := tg.br.Capacity(); c != 2 {
+		t.Errorf("capacity with 3 activators: %d, want ceil(2×3/3) = 2", c)
+	}
+	src.n.Store(1)
+	src.Set(Service{Key: helloKey, ContainerConcurrency: 3, Pods: pods}) // signals the change
+	for {
+		ch := *tg.changed.Load()
+		if tg.br.Capacity() == 6 {
+			break
+		}
+		recv(t, ch, "the capacity to follow the activator count")
 	}
 }

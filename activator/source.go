@@ -72,6 +72,16 @@ type Source interface {
 	Changed() <-chan struct{}
 }
 
+// A PeerSource is a Source that also knows how many activators serve the
+// services (this one included): each then admits its share of a service's
+// capacity, so that together they send its pods no more than they take.
+// Peers is read after each Changed signal; a change of it must signal too.
+type PeerSource interface {
+	Source
+	// Peers returns how many activators serve the services, at least 1.
+	Peers() int
+}
+
 // MemorySource is a Source held in memory, for tests and embedding. Safe for
 // concurrent use.
 type MemorySource struct {

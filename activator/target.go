@@ -85,7 +85,7 @@ func (t *target) routableCount() int { return len(*t.routable.Load()) }
 
 // update applies the source's view of the service: its concurrency and its
 // pods. New pods start being probed; vanished ones stop and leave routable.
-func (t *target) update(sv Service) {
+func (t *target) update(sv Service, peersChanged bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -99,7 +99,7 @@ func (t *target) update(sv Service) {
 		t.callers.Store(&Callers{Any: sv.Callers.Any, Namespaces: slices.Clone(sv.Callers.Namespaces)})
 	}
 	cc := int64(max(sv.ContainerConcurrency, 0))
-	changed := t.cc.Swap(cc) != cc
+	changed := t.cc.Swap(cc) != cc || peersChanged
 	seen := make(map[string]bool, len(sv.Pods))
 	for _, sp := range sv.Pods {
 		seen[sp.Name] = true
@@ -197,7 +197,7 @@ func (t *target) publishLocked() {
 		}
 	}
 	sort.Slice(pods, func(i, j int) bool { return pods[i].name < pods[j].name })
-	c := capacity(len(pods), int(t.cc.Load()))
+	c := capacity(len(pods), int(t.cc.Load()), int(t.a.peers.Load()))
 	if c >= t.br.Capacity() {
 		t.routable.Store(&pods)
 		t.br.SetCapacity(c)
@@ -209,15 +209,19 @@ func (t *target) publishLocked() {
 	close(*t.changed.Swap(&ch))
 }
 
-// capacity is the breaker capacity for n routable pods taking cc each
-// (0: unbounded per pod).
-func capacity(n, cc int) int {
+// capacity is one activator's breaker capacity for n routable pods taking
+// cc each (0: unbounded per pod) when peers activators serve them: its
+// share of n × cc, rounded up so that every activator can always send one
+// request (the pods' queue-proxies queue the few extra that rounding
+// lets through).
+func capacity(n, cc, peers int) int {
 	switch {
 	case n == 0:
 		return 0
 	case cc == 0 || n > breaker.MaxCapacity/cc:
 		return breaker.MaxCapacity
 	default:
-		return n * cc
+		peers = max(peers, 1)
+		return (n*cc + peers - 1) / peers
 	}
 }

@@ -40,6 +40,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
@@ -79,6 +80,9 @@ type Source struct {
 	services   corelisters.ServiceLister
 	slices     cache.Indexer
 	autoscaler discoverylisters.EndpointSliceLister
+	// activators lists the slices of the activators' own Service: how
+	// many share each service's capacity (Peers).
+	activators discoverylisters.EndpointSliceLister
 	// autoscalerChanged signals a change of the autoscaler's endpoints or
 	// of the CAs that sign its certificate.
 	autoscalerChanged chan struct{}
@@ -177,6 +181,20 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
+	// The activators themselves, ready: each admits its share of a
+	// service's capacity. A change of their number re-reads the services.
+	actInf := selected(discoveryv1.LabelServiceName+"="+kube.ActivatorService,
+		informers.WithNamespace(s.systemNamespace)).Discovery().V1().EndpointSlices()
+	s.activators = actInf.Lister()
+	actReg, err := actInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { s.notify() },
+		UpdateFunc: func(any, any) { s.notify() },
+		DeleteFunc: func(any) { s.notify() },
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	// The CAs the autoscaler's certificate is signed by, which it
 	// publishes. Not among the caches waited for: the activator serves
 	// without them, only its reports wait.
@@ -204,7 +222,7 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
-	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced}
+	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced, actReg.HasSynced}
 	return s, nil
 }
 
@@ -263,6 +281,26 @@ func (s *Source) notifyAutoscaler() {
 	case s.autoscalerChanged <- struct{}{}:
 	default:
 	}
+}
+
+// Peers implements activator.PeerSource: the ready endpoints of the
+// Service kube.ActivatorService in the system namespace, at least 1 (this
+// activator, before it is ready or listed).
+func (s *Source) Peers() int {
+	eps, err := s.activators.EndpointSlices(s.systemNamespace).List(labels.Everything())
+	if err != nil {
+		return 1
+	}
+	seen := map[string]bool{}
+	for _, es := range eps {
+		for _, ep := range es.Endpoints {
+			if len(ep.Addresses) == 0 || !ptr.Deref(ep.Conditions.Ready, true) || ptr.Deref(ep.Conditions.Terminating, false) {
+				continue
+			}
+			seen[ep.Addresses[0]] = true
+		}
+	}
+	return max(len(seen), 1)
 }
 
 // AutoscalerRoots returns the CAs the autoscaler's serving certificate is
@@ -379,6 +417,11 @@ func (s *Source) sync(ns, d string) {
 	}
 	s.stale = true
 	s.mu.Unlock()
+	s.notify()
+}
+
+// notify signals Changed; signals coalesce.
+func (s *Source) notify() {
 	select {
 	case s.changed <- struct{}{}:
 	default:

@@ -60,26 +60,29 @@ func TestSyncedSourceListsServices(t *testing.T) {
 }
 
 // TestListsOnlySwellObjects: the informers ask the API server only for
-// pods-Services, their slices, the autoscaler's slices, and the pods that
-// have not ended.
+// pods-Services, their slices, the autoscaler's and the activators' slices,
+// the CA ConfigMap, and the pods that have not ended.
 func TestListsOnlySwellObjects(t *testing.T) {
 	_, client := started(t)
-	got := map[string]string{}
+	var got []string
 	for _, a := range client.Actions() {
 		if l, ok := a.(clienttesting.ListAction); ok {
 			r := l.GetListRestrictions()
-			got[a.GetResource().Resource+" in "+a.GetNamespace()] = r.Labels.String() + " " + r.Fields.String()
+			got = append(got, a.GetResource().Resource+" in "+a.GetNamespace()+": "+r.Labels.String()+" "+r.Fields.String())
 		}
 	}
-	want := map[string]string{
-		"services in ":       kube.LabelDeployment + " ",
-		"endpointslices in ": kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
-		"endpointslices in " + kube.DefaultSystemNamespace: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + " ",
-		"pods in ": " status.phase!=Failed,status.phase!=Succeeded",
-		"configmaps in " + kube.DefaultSystemNamespace: " metadata.name=" + kube.CAConfigMap,
+	slices.Sort(got)
+	sys := kube.DefaultSystemNamespace
+	want := []string{
+		"configmaps in " + sys + ":  metadata.name=" + kube.CAConfigMap,
+		"endpointslices in : " + kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
+		"endpointslices in " + sys + ": " + discoveryv1.LabelServiceName + "=" + kube.ActivatorService + " ",
+		"endpointslices in " + sys + ": " + discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + " ",
+		"pods in :  status.phase!=Failed,status.phase!=Succeeded",
+		"services in : " + kube.LabelDeployment + " ",
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("lists %v, want %v", got, want)
+		t.Errorf("lists\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -403,3 +406,29 @@ var testCA = func() string {
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }()
+
+// TestPeers: the activators sharing each service's capacity are the ready
+// endpoints of the activator Service, at least one; their change signals.
+func TestPeers(t *testing.T) {
+	src, cs := started(t)
+	if n := src.Peers(); n != 1 {
+		t.Errorf("Peers with no slice = %d, want 1", n)
+	}
+	act := podsService(kube.DefaultSystemNamespace, "x")
+	act.Name, act.Labels = kube.ActivatorService, nil
+	es := endpointSlice(act, kube.ActivatorService, v4, kube.PortNameHTTP, 8012,
+		endpoint("10.0.0.1", "act-1", true, false), endpoint("10.0.0.2", "act-2", true, false),
+		endpoint("10.0.0.3", "act-3", true, false), endpoint("10.0.0.4", "act-4", false, false),
+		endpoint("10.0.0.5", "act-5", true, true))
+	if _, err := cs.DiscoveryV1().EndpointSlices(es.Namespace).Create(t.Context(), es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(testTimeout)
+	for src.Peers() != 3 {
+		select {
+		case <-src.Changed():
+		case <-deadline:
+			t.Fatalf("Peers = %d, want the 3 ready, not terminating", src.Peers())
+		}
+	}
+}

@@ -111,20 +111,27 @@ func TestHeldAcrossServicesIsBounded(t *testing.T) {
 	}
 }
 
-// TestServiceBackWithinGrace: a service that leaves the source while it
-// holds a request (an informer relisting, a pods-Service recreated) keeps
-// the request, and keeps reporting it, and serves it once it is back; it
-// is not stranded until its 5-minute bound.
-func TestServiceBackWithinGrace(t *testing.T) {
+// heldThenGone holds a request for a service with no pod, then removes
+// the service from the source and waits until its grace is armed.
+func heldThenGone(t *testing.T) (*testEnv, *MemorySource, <-chan answer) {
+	t.Helper()
 	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1})
 	e := newEnv(t, src, nil, nil)
 	e.waitRoutable(t, helloKey, 0)
 	held := e.send(context.Background(), http.DefaultClient, "hello.default")
 	e.clk.queued(t, DefaultQueueTimeout)
-
 	src.Remove(helloKey)
 	for recv(t, e.clk.afterFuncs, "the grace timer") != DefaultGoneGrace {
 	}
+	return e, src, held
+}
+
+// TestServiceBackWithinGrace: a service that leaves the source while it
+// holds a request (an informer relisting, a pods-Service recreated) keeps
+// the request, and keeps reporting it, and serves it once it is back; it
+// is not stranded until its 5-minute bound.
+func TestServiceBackWithinGrace(t *testing.T) {
+	e, src, held := heldThenGone(t)
 	var inFlight uint64
 	e.a.Report(e.clk.Now(), func(key string, f stats.ActivatorFigures) {
 		if key == helloKey.String() {
@@ -151,14 +158,7 @@ func TestServiceBackWithinGrace(t *testing.T) {
 // the grace answers what it holds 503 service-gone at once, rather than
 // 504 at the end of the queue bound.
 func TestServiceGoneAnswersAtOnce(t *testing.T) {
-	src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1})
-	e := newEnv(t, src, nil, nil)
-	e.waitRoutable(t, helloKey, 0)
-	held := e.send(context.Background(), http.DefaultClient, "hello.default")
-	e.clk.queued(t, DefaultQueueTimeout)
-	src.Remove(helloKey)
-	for recv(t, e.clk.afterFuncs, "the grace timer") != DefaultGoneGrace {
-	}
+	e, _, held := heldThenGone(t)
 	e.clk.Step(DefaultGoneGrace)
 	a := recv(t, held, "the held request")
 	if a.code != http.StatusServiceUnavailable || a.reason != network.ReasonServiceGone {

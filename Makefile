@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check staticcheck tidy-check unit fuzz bench clean swell-cluster e2e cluster-up cluster-down
+.PHONY: all build test vet fmt-check staticcheck actionlint tidy-check unit fuzz bench images push clean swell-cluster e2e cluster-up cluster-down
 
 all: build
 
@@ -14,8 +14,9 @@ build:
 	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
 
 ## test: everything that must pass — vet, formatting, static analysis,
-## tidy modules, race-enabled tests, and every fuzzer for a bounded time.
-test: vet fmt-check staticcheck tidy-check unit fuzz
+## the workflows' lint, tidy modules, race-enabled tests (the images'
+## build among them), and every fuzzer for a bounded time.
+test: vet fmt-check staticcheck actionlint tidy-check unit fuzz
 
 vet:
 	$(GO) vet ./...
@@ -39,24 +40,50 @@ fuzz:
 	  done; \
 	done
 
+## images: Swell's OCI images (docs/images.md), for linux/amd64 and
+## linux/arm64 (PLATFORMS=linux/arm64 for fewer), one OCI layout each under
+## $(BIN)/images. VERSION sets their tag and version label (default: the
+## tag at HEAD on a clean tree, else the commit).
+## push: the images pushed to $(REGISTRY) (host/org), and the kustomize
+## overlay pinning deploy/ to their digests printed and written to
+## $(BIN)/overlay (`kubectl apply -k $(BIN)/overlay`).
+IMAGES = $(GO) run ./hack/images/cmd/swell-images
+IMAGES_FLAGS = --out $(BIN)/images $(if $(VERSION),--version $(VERSION)) $(if $(PLATFORMS),--platforms $(PLATFORMS))
+
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error make push needs REGISTRY=host/org, such as REGISTRY=ghcr.io/swell-run)
+endif
+endif
+
+images:
+	$(IMAGES) build $(IMAGES_FLAGS)
+
+push: images
+	$(IMAGES) push $(IMAGES_FLAGS) --registry $(REGISTRY) --overlay $(BIN)/overlay
+
 ## bench: the benchmark harness (docs/performance.md) and Go benchmarks.
 bench:
 	$(GO) run ./hack/bench -gobench
 
-## e2e: the harness's own tests, then a real Kubernetes control plane and
-## node agent (hack/cluster, its own module) and the end-to-end suite
-## against it, all torn down after. The first run builds etcd and
-## Kubernetes from the module proxy (cached after). Needs root (network
-## namespaces) and iproute2.
+## e2e: the harness's own tests; then a real Kubernetes cluster
+## (hack/cluster, its own module): a control plane and a node of
+## containerd, runc, the kubelet, kube-proxy and kube-scheduler; the
+## harness's cluster tests, and the end-to-end suite against a fresh
+## cluster running Swell's images, all torn down after. The first run
+## builds etcd, Kubernetes, containerd and the CNI plugins from the module
+## proxy (cached after). Needs root, iproute2, runc and iptables.
 CLUSTER ?= dev
 
-# Built rather than run with `go run`, which would delete the binary the
-# node agent runs from.
+# Built rather than run with `go run`, so that `cluster-down` works
+# whatever the tree holds by then.
 swell-cluster:
 	cd hack/cluster && CGO_ENABLED=0 $(GO) build -o $(CURDIR)/$(BIN)/swell-cluster ./cmd/swell-cluster
 
 e2e: swell-cluster
 	cd hack/cluster && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster build >/dev/null
+	cd hack/cluster && SWELL_CLUSTER_IT=1 $(GO) test -count=1 -timeout 15m ./controlplane ./node
 	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster e2e
 
 ## cluster-up / cluster-down: keep a cluster named $(CLUSTER) up while
@@ -69,15 +96,22 @@ cluster-down: swell-cluster
 
 ## staticcheck: static analysis, at the version pinned as a tool in go.mod;
 ## staticcheck.conf says which check is off and why.
-## tidy-check: fails when go.mod and go.sum of either module (the main one,
-## hack/cluster) are not what `go mod tidy` would make them.
+## actionlint: the GitHub workflows' lint, at the version pinned in go.mod
+## (it runs shellcheck on their scripts when shellcheck is installed).
+## tidy-check: fails when go.mod and go.sum of any module (the main one,
+## hack/cluster and its runtime module) are not what `go mod tidy` would
+## make them.
 
 staticcheck:
 	$(GO) tool staticcheck ./...
 
+actionlint:
+	$(GO) tool actionlint
+
 tidy-check:
 	$(GO) mod tidy -diff
 	cd hack/cluster && $(GO) mod tidy -diff
+	cd hack/cluster/build/runtime && $(GO) mod tidy -diff
 
 clean:
 	rm -rf $(BIN)

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"time"
 )
+
+// PeerHeader names, on an answer to a request with knobs, the address the
+// request came from.
+const PeerHeader = "Demo-Peer"
 
 // knobs is what a request's query asks of its answer.
 type knobs struct {
@@ -145,6 +150,9 @@ func (s *server) serveKnobs(w http.ResponseWriter, r *http.Request, sseDefaults 
 		return
 	}
 	h := w.Header()
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		h[PeerHeader] = []string{host}
+	}
 	switch {
 	case k.stream > 0:
 		writeStream(ctx, w, k)

@@ -9,6 +9,10 @@
 //	?stream=N&interval=D    answer with N chunks, each flushed, D apart
 //	?status=503             answer with that status
 //
+// An answer to a request with knobs carries Demo-Peer, the address the
+// request came from: behind a queue-proxy it is the pod's loopback, so a
+// client can tell an answer that bypassed the queue-proxy.
+//
 // Knobs combine, except size with stream. A streamed answer is sent as
 // server-sent events when the request accepts text/event-stream; GET /sse
 // always streams events (10 events 1s apart unless stream/interval say

@@ -86,6 +86,20 @@ func TestKnobs(t *testing.T) {
 	}
 }
 
+// TestPeerHeader: an answer to a request with knobs names the address the
+// request came from; the plain greeting, the benchmark baseline, does not.
+func TestPeerHeader(t *testing.T) {
+	_, base := startApp(t, options{})
+	resp, _ := do(t, newClient(t, false), http.MethodGet, base+"/?size=1", nil)
+	if got := resp.Header.Get(PeerHeader); got != "127.0.0.1" {
+		t.Errorf("%s = %q, want the loopback address the test called from", PeerHeader, got)
+	}
+	resp, _ = do(t, newClient(t, false), http.MethodGet, base+"/", nil)
+	if got := resp.Header.Get(PeerHeader); got != "" {
+		t.Errorf("the greeting carries %s %q", PeerHeader, got)
+	}
+}
+
 func TestSizeBody(t *testing.T) {
 	_, base := startApp(t, options{})
 	// Spans several writes from the shared buffer, and ends mid-buffer.

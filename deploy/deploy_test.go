@@ -452,3 +452,29 @@ func TestServicePolicyKeepsEverySpecField(t *testing.T) {
 		}
 	}
 }
+
+// TestNoServiceLinks: Swell's pods get no variables from the Services of
+// their namespace. The kubelet would set <SERVICE>_PORT for each, and the
+// Services autoscaler and activator would set AUTOSCALER_PORT and
+// ACTIVATOR_PORT, which the components read as their own ports.
+func TestNoServiceLinks(t *testing.T) {
+	n := 0
+	for path, docs := range manifests(t, ".") {
+		if strings.HasPrefix(path, "examples") {
+			continue
+		}
+		for _, doc := range docs {
+			var d appsv1.Deployment
+			if err := yaml.Unmarshal(doc, &d); err != nil || d.Kind != "Deployment" {
+				continue
+			}
+			n++
+			if l := d.Spec.Template.Spec.EnableServiceLinks; l == nil || *l {
+				t.Errorf("%s: Deployment %s: enableServiceLinks is not false", path, d.Name)
+			}
+		}
+	}
+	if n < 2 {
+		t.Errorf("checked %d Deployments; want the autoscaler's and the activator's", n)
+	}
+}

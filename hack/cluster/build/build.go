@@ -1,8 +1,8 @@
-// Package build builds the programs a test cluster runs: etcd,
-// kube-apiserver, kube-controller-manager and kubectl at the versions
-// pinned in this module's go.mod, with Kubernetes' version stamps, into a
-// cache keyed by those versions; and Swell's own binaries for the node
-// agent's image table, fresh each time, so tests run the current code.
+// Package build builds the programs a test cluster runs, at the versions
+// pinned as Go tool directives, into a cache keyed by those versions: etcd
+// and Kubernetes' programs from this module's go.mod, with Kubernetes'
+// version stamps; containerd, its runc shim, ctr and the CNI plugins from
+// the runtime module's (runtime/go.mod).
 package build
 
 import (
@@ -14,9 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -28,9 +25,13 @@ import (
 	"time"
 )
 
-// ModulePath is this module's path; the programs to build are its go.mod's
-// tool directives.
+// ModulePath is this module's path; the Kubernetes programs to build are
+// its go.mod's tool directives.
 const ModulePath = "github.com/swell-run/swell/hack/cluster"
+
+// RuntimeModuleDir is the runtime module's directory, relative to this
+// module's root; its go.mod's tool directives are the runtime's programs.
+const RuntimeModuleDir = "build/runtime"
 
 // Stamps that do not come from a version.
 const (
@@ -48,31 +49,31 @@ var versionPackages = []string{
 	"k8s.io/client-go/pkg/version",
 }
 
-// Module paths whose versions are read from go.mod.
+// Module paths whose versions name the caches.
 const (
 	kubernetesModule = "k8s.io/kubernetes"
 	etcdModule       = "go.etcd.io/etcd/server/v3"
+	containerdModule = "github.com/containerd/containerd/v2"
+	pluginsModule    = "github.com/containernetworking/plugins"
 )
 
 // binaryNames maps a tool whose import path does not end in its program's
 // name.
 var binaryNames = map[string]string{etcdModule: "etcd"}
 
-// Swell's binaries for the image table: image name → package in the main
-// module. An optional one whose package has no main package yet is left
-// unbuilt (Binaries.Unbuilt), so that only a pod that uses it fails.
-var swellImages = []struct {
-	image, pkg string
-	optional   bool
-}{
-	{"swell/hello", "./cmd/hello", false},
-	{"swell/queue-proxy", "./cmd/queue-proxy", false},
-	{"swell/activator", "./cmd/activator", false},
-	{"swell/autoscaler", "./cmd/autoscaler", true},
+// runtimeTags leave out the snapshotters the node does not use, whose
+// libraries need cgo (overlayfs and native remain).
+const runtimeTags = "no_btrfs no_devmapper no_zfs"
+
+// RuntimeLDFlags stamps containerd's version, which the Node reports as
+// its container runtime's, as a release build does.
+func RuntimeLDFlags(containerdVersion string) string {
+	return "-X " + containerdModule + "/version.Version=" + containerdVersion
 }
 
-// ShellImage runs /bin/sh, for hooks and tests.
-const ShellImage = "swell/shell"
+// cniPluginsPrefix starts the import path of every CNI plugin: those go to
+// the CNI directory, the rest of the runtime to its bin directory.
+const cniPluginsPrefix = pluginsModule + "/plugins/"
 
 // Options say where to find the sources and where to put the binaries.
 // Every field is optional.
@@ -80,25 +81,21 @@ type Options struct {
 	// ModuleDir is this module's root. Default: found from the working
 	// directory (it or an ancestor, or their hack/cluster).
 	ModuleDir string
-	// MainDir is Swell's main module root. Default: ModuleDir/../..
-	MainDir string
-	// CacheDir holds the Kubernetes binaries, one directory per cache key.
+	// CacheDir holds the binaries, one directory per cache key.
 	// Default: $XDG_CACHE_HOME (or ~/.cache) + /swell-cluster/bin.
 	CacheDir string
-	// SwellBinDir receives Swell's binaries. Default: CacheDir/swell.
-	SwellBinDir string
-	// SkipSwell builds only the Kubernetes binaries.
-	SkipSwell bool
 	// Go is the go command. Default: "go".
 	Go string
 	// Log reports each step and its duration. Default: text to stderr.
 	Log *slog.Logger
 }
 
-// Versions are the inputs of the Kubernetes binaries' cache key.
+// Versions are the inputs of the caches' keys.
 type Versions struct {
 	Kubernetes string // e.g. v1.37.2
 	Etcd       string // e.g. v3.7.0
+	Containerd string // e.g. v2.4.2
+	CNIPlugins string // e.g. v1.10.0
 	Go         string // e.g. go1.26.8
 	GOOS       string
 	GOARCH     string
@@ -106,34 +103,59 @@ type Versions struct {
 
 // Binaries are the built programs' paths.
 type Binaries struct {
-	// Dir holds the Kubernetes binaries; put it on PATH for kubectl.
+	// Dir holds etcd and the Kubernetes binaries; put it on PATH for
+	// kubectl.
 	Dir                   string
 	Etcd                  string
 	KubeAPIServer         string
 	KubeControllerManager string
+	KubeScheduler         string
 	Kubectl               string
-	// Images is the node agent's image table: image name (no tag) →
-	// binary. Empty when Options.SkipSwell.
-	Images map[string]string
-	// Unbuilt maps the optional images whose package did not exist yet to
-	// that package.
-	Unbuilt  map[string]string
-	Versions Versions
+	Kubelet               string
+	KubeProxy             string
+	Runtime               Runtime
+	Versions              Versions
 }
 
-// Build builds what is missing: the Kubernetes binaries only when the cache
-// has none for the current key, Swell's binaries always.
+// Runtime are the container runtime's programs.
+type Runtime struct {
+	// Dir holds containerd, containerd-shim-runc-v2 and ctr: containerd
+	// finds the shim on its PATH.
+	Dir        string
+	Containerd string
+	Shim       string
+	Ctr        string
+	// CNIDir holds the CNI plugins bridge, host-local, loopback and
+	// portmap, and nothing else.
+	CNIDir string
+}
+
+// kubernetesPrograms and runtimePrograms are the programs Build returns:
+// each must be a tool directive of its module.
+var (
+	kubernetesPrograms = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"}
+	runtimePrograms    = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+	cniPrograms        = []string{"bridge", "host-local", "loopback", "portmap"}
+)
+
+// Build builds what the cache lacks: each set of binaries (Kubernetes',
+// the runtime's) only when the cache has none for its current key.
 func Build(ctx context.Context, opts Options) (Binaries, error) {
 	start := time.Now()
 	o, err := opts.withDefaults()
 	if err != nil {
 		return Binaries{}, err
 	}
-	tools, err := o.tools(ctx)
+	runtimeDir := filepath.Join(o.ModuleDir, RuntimeModuleDir)
+	kubeTools, err := o.tools(ctx, o.ModuleDir)
 	if err != nil {
 		return Binaries{}, err
 	}
-	v, err := o.versions(ctx)
+	runtimeTools, err := o.tools(ctx, runtimeDir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	v, err := o.versions(ctx, runtimeDir)
 	if err != nil {
 		return Binaries{}, err
 	}
@@ -141,32 +163,99 @@ func Build(ctx context.Context, opts Options) (Binaries, error) {
 	if err != nil {
 		return Binaries{}, err
 	}
-	key := CacheKey(v, tools, ldflags)
-	b := Binaries{Dir: filepath.Join(o.CacheDir, key), Versions: v}
-	paths := map[string]*string{
-		"etcd": &b.Etcd, "kube-apiserver": &b.KubeAPIServer,
-		"kube-controller-manager": &b.KubeControllerManager, "kubectl": &b.Kubectl,
-	}
-	for name, p := range paths {
-		*p = filepath.Join(b.Dir, name)
-		if !slicesContainsName(tools, name) {
-			return Binaries{}, fmt.Errorf("build: %s is not a tool directive in %s/go.mod; have %v", name, o.ModuleDir, tools)
-		}
-	}
 
-	if cached(b) {
-		o.Log.Info("kubernetes binaries cached", "dir", b.Dir, "took", since(start))
-	} else if err := o.buildKubernetes(ctx, b.Dir, tools, ldflags); err != nil {
+	kubeDeps, err := o.deps(ctx, o.ModuleDir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	runtimeDeps, err := o.deps(ctx, runtimeDir)
+	if err != nil {
+		return Binaries{}, err
+	}
+	b := Binaries{Dir: filepath.Join(o.CacheDir, CacheKey(v, kubeTools, ldflags, kubeDeps)), Versions: v}
+	kube := map[string]*string{
+		"etcd": &b.Etcd, "kube-apiserver": &b.KubeAPIServer, "kube-controller-manager": &b.KubeControllerManager,
+		"kube-scheduler": &b.KubeScheduler, "kubectl": &b.Kubectl, "kubelet": &b.Kubelet, "kube-proxy": &b.KubeProxy,
+	}
+	if err := resolve(b.Dir, kubeTools, kubernetesPrograms, kube, o.ModuleDir); err != nil {
+		return Binaries{}, err
+	}
+	rtFlags := []string{"-tags", runtimeTags, "-ldflags", RuntimeLDFlags(v.Containerd)}
+	rtDir := filepath.Join(o.CacheDir, RuntimeCacheKey(v, runtimeTools, rtFlags, runtimeDeps))
+	b.Runtime = Runtime{Dir: filepath.Join(rtDir, "bin"), CNIDir: filepath.Join(rtDir, "cni")}
+	rt := map[string]*string{"containerd": &b.Runtime.Containerd, "containerd-shim-runc-v2": &b.Runtime.Shim, "ctr": &b.Runtime.Ctr}
+	if err := resolve(b.Runtime.Dir, runtimeTools, runtimePrograms, rt, runtimeDir); err != nil {
+		return Binaries{}, err
+	}
+	cni := map[string]*string{}
+	for _, name := range cniPrograms {
+		cni[name] = new(string)
+	}
+	if err := resolve(b.Runtime.CNIDir, runtimeTools, cniPrograms, cni, runtimeDir); err != nil {
 		return Binaries{}, err
 	}
 
-	if !o.SkipSwell {
-		if b.Images, b.Unbuilt, err = o.buildSwell(ctx); err != nil {
+	sets := []struct {
+		what, dir, module string
+		tools             []string
+		programs          []*string
+		flags             []string
+		into              func(tool string) string
+	}{
+		{
+			what: "kubernetes", dir: b.Dir, module: o.ModuleDir, tools: kubeTools,
+			programs: values(kube), flags: []string{"-ldflags", ldflags},
+			into: func(string) string { return "" },
+		},
+		{
+			what: "runtime", dir: rtDir, module: runtimeDir, tools: runtimeTools,
+			programs: append(values(rt), values(cni)...), flags: rtFlags,
+			into: func(tool string) string {
+				if strings.HasPrefix(tool, cniPluginsPrefix) {
+					return "cni"
+				}
+				return "bin"
+			},
+		},
+	}
+	for _, s := range sets {
+		if cached(s.programs) {
+			o.Log.Info(s.what+" binaries cached", "dir", s.dir)
+			continue
+		}
+		if err := o.buildTools(ctx, s.what, s.dir, s.module, s.tools, s.flags, s.into); err != nil {
 			return Binaries{}, err
 		}
 	}
 	o.Log.Info("build done", "took", since(start))
 	return b, nil
+}
+
+// deps lists the module graph of the module at dir, after its replaces,
+// one module and version a line: what its programs are built from besides
+// the toolchain and the flags.
+func (o Options) deps(ctx context.Context, dir string) ([]byte, error) {
+	return o.goOutput(ctx, dir, "list", "-m", "all")
+}
+
+// resolve sets each program's path in dir, and fails unless every one is a
+// tool directive of the module at moduleDir.
+func resolve(dir string, tools, programs []string, paths map[string]*string, moduleDir string) error {
+	for _, name := range programs {
+		if !slicesContainsName(tools, name) {
+			return fmt.Errorf("build: %s is not a tool directive in %s/go.mod; have %v", name, moduleDir, tools)
+		}
+		*paths[name] = filepath.Join(dir, name)
+	}
+	return nil
+}
+
+func values(m map[string]*string) []*string {
+	var out []*string
+	for _, p := range m {
+		out = append(out, p)
+	}
+	return out
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -185,18 +274,12 @@ func (o Options) withDefaults() (Options, error) {
 			return o, err
 		}
 	}
-	if o.MainDir == "" {
-		o.MainDir = filepath.Join(o.ModuleDir, "..", "..")
-	}
 	if o.CacheDir == "" {
 		c, err := os.UserCacheDir()
 		if err != nil {
 			return o, fmt.Errorf("build: no cache directory (set XDG_CACHE_HOME or HOME, or pass one): %w", err)
 		}
 		o.CacheDir = filepath.Join(c, "swell-cluster", "bin")
-	}
-	if o.SwellBinDir == "" {
-		o.SwellBinDir = filepath.Join(o.CacheDir, "swell")
 	}
 	return o, nil
 }
@@ -205,7 +288,11 @@ func (o Options) withDefaults() (Options, error) {
 // whose go.mod declares ModulePath, or the hack/cluster below one of them
 // (so the command also works from Swell's root).
 func FindModule(dir string) (string, error) {
-	for d := dir; ; d = filepath.Dir(d) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("build: %w", err)
+	}
+	for d := abs; ; d = filepath.Dir(d) {
 		for _, c := range []string{d, filepath.Join(d, "hack", "cluster")} {
 			if declares(filepath.Join(c, "go.mod")) {
 				return c, nil
@@ -230,15 +317,15 @@ func declares(gomod string) bool {
 	return false
 }
 
-// tools returns the go.mod's tool directives, sorted.
-func (o Options) tools(ctx context.Context) ([]string, error) {
-	out, err := o.goOutput(ctx, o.ModuleDir, "mod", "edit", "-json")
+// tools returns the tool directives of the go.mod in dir, sorted.
+func (o Options) tools(ctx context.Context, dir string) ([]string, error) {
+	out, err := o.goOutput(ctx, dir, "mod", "edit", "-json")
 	if err != nil {
 		return nil, err
 	}
 	var mod struct{ Tool []struct{ Path string } }
 	if err := json.Unmarshal(out, &mod); err != nil {
-		return nil, fmt.Errorf("build: parse go mod edit -json: %w", err)
+		return nil, fmt.Errorf("build: parse go mod edit -json in %s: %w", dir, err)
 	}
 	var tools []string
 	for _, t := range mod.Tool {
@@ -248,28 +335,35 @@ func (o Options) tools(ctx context.Context) ([]string, error) {
 	return tools, nil
 }
 
-func (o Options) versions(ctx context.Context) (Versions, error) {
-	out, err := o.goOutput(ctx, o.ModuleDir, "list", "-m", "-f", "{{.Path}} {{.Version}}", kubernetesModule, etcdModule)
-	if err != nil {
-		return Versions{}, err
-	}
+func (o Options) versions(ctx context.Context, runtimeDir string) (Versions, error) {
 	var v Versions
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
+	for _, m := range []struct {
+		dir     string
+		modules map[string]*string
+	}{
+		{o.ModuleDir, map[string]*string{kubernetesModule: &v.Kubernetes, etcdModule: &v.Etcd}},
+		{runtimeDir, map[string]*string{containerdModule: &v.Containerd, pluginsModule: &v.CNIPlugins}},
+	} {
+		args := []string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}
+		for path := range m.modules {
+			args = append(args, path)
 		}
-		switch f[0] {
-		case kubernetesModule:
-			v.Kubernetes = f[1]
-		case etcdModule:
-			v.Etcd = f[1]
+		out, err := o.goOutput(ctx, m.dir, args...)
+		if err != nil {
+			return Versions{}, err
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && m.modules[f[0]] != nil {
+				*m.modules[f[0]] = f[1]
+			}
+		}
+		for path, version := range m.modules {
+			if *version == "" {
+				return Versions{}, fmt.Errorf("build: go list -m in %s found no version for %s: %q", m.dir, path, out)
+			}
 		}
 	}
-	if v.Kubernetes == "" || v.Etcd == "" {
-		return Versions{}, fmt.Errorf("build: go list -m found no version for %s or %s: %q", kubernetesModule, etcdModule, out)
-	}
-	out, err = o.goOutput(ctx, o.ModuleDir, "env", "GOVERSION", "GOOS", "GOARCH")
+	out, err := o.goOutput(ctx, o.ModuleDir, "env", "GOVERSION", "GOOS", "GOARCH")
 	if err != nil {
 		return Versions{}, err
 	}
@@ -313,16 +407,28 @@ func LDFlags(kubeVersion string) (string, error) {
 }
 
 // CacheKey names the cache directory of the Kubernetes binaries built from
-// v with tools and ldflags: readable versions, and a digest of the rest so
-// that a change to the recipe never reuses stale binaries.
-func CacheKey(v Versions, tools []string, ldflags string) string {
+// v with tools and ldflags, from the modules deps lists: readable versions,
+// and a digest of the rest so that a change to the recipe or to any
+// dependency never reuses stale binaries.
+func CacheKey(v Versions, tools []string, ldflags string, deps []byte) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %q %q\n", tools, ldflags, buildFlags)
+	h.Write(deps)
 	return fmt.Sprintf("kubernetes-%s_etcd-%s_%s_%s-%s_%s",
 		v.Kubernetes, v.Etcd, v.Go, v.GOOS, v.GOARCH, hex.EncodeToString(h.Sum(nil))[:12])
 }
 
-// buildFlags go before -ldflags in every go build.
+// RuntimeCacheKey names the cache directory of the runtime's binaries
+// built with flags, as CacheKey does the Kubernetes ones'.
+func RuntimeCacheKey(v Versions, tools, flags []string, deps []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %q %q\n", tools, flags, buildFlags)
+	h.Write(deps)
+	return fmt.Sprintf("containerd-%s_cni-plugins-%s_%s_%s-%s_%s",
+		v.Containerd, v.CNIPlugins, v.Go, v.GOOS, v.GOARCH, hex.EncodeToString(h.Sum(nil))[:12])
+}
+
+// buildFlags go first in every go build.
 var buildFlags = []string{"-trimpath"}
 
 // BinaryName is the program name of the tool at import path p.
@@ -342,18 +448,20 @@ func slicesContainsName(tools []string, name string) bool {
 	return false
 }
 
-func cached(b Binaries) bool {
-	for _, p := range []string{b.Etcd, b.KubeAPIServer, b.KubeControllerManager, b.Kubectl} {
-		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o100 == 0 {
+func cached(programs []*string) bool {
+	for _, p := range programs {
+		if st, err := os.Stat(*p); err != nil || !st.Mode().IsRegular() || st.Mode().Perm()&0o100 == 0 {
 			return false
 		}
 	}
 	return true
 }
 
-// buildKubernetes builds every tool into a fresh directory and renames it
-// to dir, so the cache never holds a partial build, even if two builds race.
-func (o Options) buildKubernetes(ctx context.Context, dir string, tools []string, ldflags string) error {
+// buildTools builds every tool of the module at moduleDir into a fresh
+// directory, each into the subdirectory into(tool) names, and renames it
+// to dir, so the cache never holds a partial build, even if two builds
+// race.
+func (o Options) buildTools(ctx context.Context, what, dir, moduleDir string, tools, flags []string, into func(string) string) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
@@ -368,11 +476,15 @@ func (o Options) buildKubernetes(ctx context.Context, dir string, tools []string
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	o.Log.Info("building kubernetes binaries (minutes when Go's build cache is cold)", "into", dir)
+	start := time.Now()
+	o.Log.Info("building "+what+" binaries (minutes when Go's build cache is cold)", "into", dir)
 	for _, t := range tools {
-		args := append([]string{"build"}, buildFlags...)
-		args = append(args, "-ldflags", ldflags, "-o", filepath.Join(tmp, BinaryName(t)), t)
-		if err := o.goBuild(ctx, o.ModuleDir, BinaryName(t), args...); err != nil {
+		out := filepath.Join(tmp, into(t), BinaryName(t))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+		args := append(append(append([]string{"build"}, buildFlags...), flags...), "-o", out, t)
+		if err := o.goBuild(ctx, moduleDir, BinaryName(t), args...); err != nil {
 			return err
 		}
 	}
@@ -382,52 +494,8 @@ func (o Options) buildKubernetes(ctx context.Context, dir string, tools []string
 		}
 		return fmt.Errorf("build: %w", err)
 	}
+	o.Log.Info("built "+what+" binaries", "took", since(start))
 	return nil
-}
-
-// buildSwell builds Swell's image binaries into SwellBinDir and returns the
-// image table and the optional images left unbuilt.
-func (o Options) buildSwell(ctx context.Context) (images, unbuilt map[string]string, err error) {
-	if err := os.MkdirAll(o.SwellBinDir, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("build: %w", err)
-	}
-	images = map[string]string{ShellImage: "/bin/sh"}
-	unbuilt = map[string]string{}
-	for _, img := range swellImages {
-		if img.optional && !hasMainPackage(filepath.Join(o.MainDir, img.pkg)) {
-			o.Log.Info("not built: no main package yet; pods using the image will wait in ErrImagePull", "image", img.image, "package", img.pkg)
-			unbuilt[img.image] = img.pkg
-			continue
-		}
-		out := filepath.Join(o.SwellBinDir, path.Base(img.pkg))
-		args := append([]string{"build"}, buildFlags...)
-		args = append(args, "-o", out, img.pkg)
-		if err := o.goBuild(ctx, o.MainDir, path.Base(img.pkg), args...); err != nil {
-			return nil, nil, err
-		}
-		images[img.image] = out
-	}
-	return images, unbuilt, nil
-}
-
-// hasMainPackage reports whether dir holds a Go file of package main (test
-// files aside).
-func hasMainPackage(dir string) bool {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		n := e.Name()
-		if e.Type()&fs.ModeType != 0 || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, n), nil, parser.PackageClauseOnly)
-		if err == nil && f.Name.Name == "main" {
-			return true
-		}
-	}
-	return false
 }
 
 func (o Options) goBuild(ctx context.Context, dir, what string, args ...string) error {

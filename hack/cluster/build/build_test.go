@@ -7,7 +7,6 @@ import (
 	"go/token"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,10 +55,16 @@ func TestLDFlagsRejectsNonVersions(t *testing.T) {
 }
 
 func TestCacheKey(t *testing.T) {
-	v := Versions{Kubernetes: "v1.37.2", Etcd: "v3.7.0", Go: "go1.26.8", GOOS: "linux", GOARCH: "amd64"}
+	v := testVersions
+	with := func(change func(*Versions)) Versions {
+		c := v
+		change(&c)
+		return c
+	}
 	tools := []string{"go.etcd.io/etcd/server/v3", "k8s.io/kubernetes/cmd/kube-apiserver"}
-	base := CacheKey(v, tools, "-X a=b")
-	if base != CacheKey(v, tools, "-X a=b") {
+	sums := []byte("go.mod go.sum")
+	base := CacheKey(v, tools, "-X a=b", sums)
+	if base != CacheKey(v, tools, "-X a=b", sums) {
 		t.Fatal("CacheKey is not deterministic")
 	}
 	if !strings.HasPrefix(base, "kubernetes-v1.37.2_etcd-v3.7.0_go1.26.8_linux-amd64_") {
@@ -70,12 +75,13 @@ func TestCacheKey(t *testing.T) {
 	}
 	changed := map[string]string{}
 	for name, key := range map[string]string{
-		"kubernetes": CacheKey(Versions{"v1.37.3", "v3.7.0", "go1.26.8", "linux", "amd64"}, tools, "-X a=b"),
-		"etcd":       CacheKey(Versions{"v1.37.2", "v3.7.1", "go1.26.8", "linux", "amd64"}, tools, "-X a=b"),
-		"go":         CacheKey(Versions{"v1.37.2", "v3.7.0", "go1.26.9", "linux", "amd64"}, tools, "-X a=b"),
-		"arch":       CacheKey(Versions{"v1.37.2", "v3.7.0", "go1.26.8", "linux", "arm64"}, tools, "-X a=b"),
-		"tools":      CacheKey(v, tools[:1], "-X a=b"),
-		"ldflags":    CacheKey(v, tools, "-X a=c"),
+		"kubernetes": CacheKey(with(func(v *Versions) { v.Kubernetes = "v1.37.3" }), tools, "-X a=b", sums),
+		"etcd":       CacheKey(with(func(v *Versions) { v.Etcd = "v3.7.1" }), tools, "-X a=b", sums),
+		"go":         CacheKey(with(func(v *Versions) { v.Go = "go1.26.9" }), tools, "-X a=b", sums),
+		"arch":       CacheKey(with(func(v *Versions) { v.GOARCH = "arm64" }), tools, "-X a=b", sums),
+		"tools":      CacheKey(v, tools[:1], "-X a=b", sums),
+		"ldflags":    CacheKey(v, tools, "-X a=c", sums),
+		"deps":       CacheKey(v, tools, "-X a=b", []byte("go.mod go.sum'")),
 	} {
 		if key == base {
 			t.Errorf("changing %s keeps the cache key %s", name, key)
@@ -87,12 +93,43 @@ func TestCacheKey(t *testing.T) {
 	}
 }
 
+var testVersions = Versions{Kubernetes: "v1.37.2", Etcd: "v3.7.0", Containerd: "v2.4.2", CNIPlugins: "v1.10.0", Go: "go1.26.8", GOOS: "linux", GOARCH: "amd64"}
+
+func TestRuntimeCacheKey(t *testing.T) {
+	v := testVersions
+	tools := []string{containerdModule + "/cmd/containerd", pluginsModule + "/plugins/main/bridge"}
+	sums := []byte("go.mod go.sum")
+	base := RuntimeCacheKey(v, tools, nil, sums)
+	if !strings.HasPrefix(base, "containerd-v2.4.2_cni-plugins-v1.10.0_go1.26.8_linux-amd64_") || strings.ContainsAny(base, "/ ") {
+		t.Errorf("RuntimeCacheKey = %s, want the versions readable, one path element", base)
+	}
+	// Kubernetes' versions are not the runtime's inputs.
+	k := v
+	k.Kubernetes = "v1.38.0"
+	if RuntimeCacheKey(k, tools, nil, sums) != base {
+		t.Error("changing Kubernetes' version changes the runtime's cache key")
+	}
+	for name, changed := range map[string]string{
+		"containerd": RuntimeCacheKey(Versions{Containerd: "v2.4.3", CNIPlugins: v.CNIPlugins, Go: v.Go, GOOS: v.GOOS, GOARCH: v.GOARCH}, tools, nil, sums),
+		"plugins":    RuntimeCacheKey(Versions{Containerd: v.Containerd, CNIPlugins: "v1.10.1", Go: v.Go, GOOS: v.GOOS, GOARCH: v.GOARCH}, tools, nil, sums),
+		"tools":      RuntimeCacheKey(v, tools[:1], nil, sums),
+		"flags":      RuntimeCacheKey(v, tools, []string{"-tags", "x"}, sums),
+		"deps":       RuntimeCacheKey(v, tools, nil, []byte("go.mod'")),
+	} {
+		if changed == base {
+			t.Errorf("changing %s keeps the runtime's cache key %s", name, base)
+		}
+	}
+}
+
 func TestBinaryName(t *testing.T) {
 	for p, want := range map[string]string{
 		"go.etcd.io/etcd/server/v3":                     "etcd",
 		"k8s.io/kubernetes/cmd/kube-apiserver":          "kube-apiserver",
 		"k8s.io/kubernetes/cmd/kube-controller-manager": "kube-controller-manager",
 		"k8s.io/kubernetes/cmd/kubectl":                 "kubectl",
+		containerdModule + "/cmd/containerd":            "containerd",
+		cniPluginsPrefix + "ipam/host-local":            "host-local",
 	} {
 		if got := BinaryName(p); got != want {
 			t.Errorf("BinaryName(%s) = %s, want %s", p, got, want)
@@ -120,8 +157,9 @@ func TestFindModule(t *testing.T) {
 	}
 }
 
-// TestThisModule reads the real go.mod (no build): the pinned versions and
-// tools, and that every stamped variable exists in the pinned sources.
+// TestThisModule reads the real go.mod files (no build): the pinned
+// versions and tools, and that every stamped variable exists in the pinned
+// sources.
 func TestThisModule(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
@@ -131,21 +169,27 @@ func TestThisModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := o.tools(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
-		if !slicesContainsName(tools, name) {
-			t.Errorf("go.mod tools %v lack %s", tools, name)
+	runtimeDir := filepath.Join(o.ModuleDir, RuntimeModuleDir)
+	for dir, want := range map[string][]string{
+		o.ModuleDir: kubernetesPrograms,
+		runtimeDir:  append(append([]string{}, runtimePrograms...), cniPrograms...),
+	} {
+		tools, err := o.tools(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range want {
+			if !slicesContainsName(tools, name) {
+				t.Errorf("%s/go.mod tools %v lack %s", dir, tools, name)
+			}
 		}
 	}
-	v, err := o.versions(ctx)
+	v, err := o.versions(ctx, runtimeDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Kubernetes != "v1.37.2" || v.Etcd != "v3.7.0" || !strings.HasPrefix(v.Go, "go1.") {
-		t.Errorf("versions = %+v, want kubernetes v1.37.2, etcd v3.7.0", v)
+	if v.Kubernetes != "v1.37.2" || v.Etcd != "v3.7.0" || v.Containerd != "v2.4.2" || v.CNIPlugins != "v1.10.0" || !strings.HasPrefix(v.Go, "go1.") {
+		t.Errorf("versions = %+v, want kubernetes v1.37.2, etcd v3.7.0, containerd v2.4.2, CNI plugins v1.10.0", v)
 	}
 
 	out, err := o.goOutput(ctx, o.ModuleDir, "list", "-m", "-f", "{{.Dir}}", "k8s.io/component-base", "k8s.io/client-go")
@@ -183,48 +227,4 @@ func declaredVars(t *testing.T, file string) map[string]bool {
 		}
 	}
 	return vars
-}
-
-func TestHasMainPackage(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, src string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if hasMainPackage(filepath.Join(dir, "absent")) || hasMainPackage(dir) {
-		t.Error("an absent or empty directory has a main package")
-	}
-	write("main_test.go", "package main\n")
-	write("doc.txt", "package main\n")
-	if hasMainPackage(dir) {
-		t.Error("a test file or a non-Go file makes a main package")
-	}
-	write("lib.go", "// Package lib is not a command.\npackage lib\n")
-	if hasMainPackage(dir) {
-		t.Error("package lib is a main package")
-	}
-	write("main.go", "// Command x.\npackage main\n\nfunc main() {}\n")
-	if !hasMainPackage(dir) {
-		t.Error("a directory with package main has none")
-	}
-}
-
-// TestSwellImagesExist checks the image table against the source tree:
-// every required package is a command, and the optional ones are exactly
-// those that may be missing.
-func TestSwellImagesExist(t *testing.T) {
-	o, err := Options{}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, img := range swellImages {
-		if !img.optional && !hasMainPackage(filepath.Join(o.MainDir, img.pkg)) {
-			t.Errorf("image %s: package %s has no main package", img.image, img.pkg)
-		}
-		if !strings.HasPrefix(img.image, "swell/") || path.Base(img.image) != path.Base(img.pkg) {
-			t.Errorf("image %s of package %s: want swell/<the package's last element>, so that registry-qualified names find it", img.image, img.pkg)
-		}
-	}
 }

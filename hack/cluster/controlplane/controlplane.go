@@ -39,10 +39,7 @@ import (
 
 // Fixed cluster parameters (see the module's README).
 const (
-	// ServiceCIDR is loopback: without kube-proxy, a stray dial to a
-	// ClusterIP stays on this host.
-	ServiceCIDR = "127.96.0.0/16"
-	// DefaultNodeName is the Node the node agent registers.
+	// DefaultNodeName is the Node the kubelet registers.
 	DefaultNodeName = "swell-node"
 	// StateFile is the state directory's record of a running cluster.
 	StateFile = "cluster.json"
@@ -81,8 +78,8 @@ func (p Ports) validate() error {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9]{0,19}$`)
 
-// ValidateName checks a cluster name. Names have no '-', so the pod
-// namespaces "swell-<name>-<id>" of one cluster never match another's.
+// ValidateName checks a cluster name. Names have no '-', so what is named
+// after one cluster ("swell-<name>") never starts another's name.
 func ValidateName(name string) error {
 	if !nameRE.MatchString(name) {
 		return fmt.Errorf("cluster name %q: want a lowercase letter followed by up to 19 lowercase letters or digits", name)
@@ -92,9 +89,6 @@ func ValidateName(name string) error {
 
 // Netns is the network namespace of the cluster named name.
 func Netns(name string) string { return "swell-" + name }
-
-// PodNetnsPrefix starts the name of every pod namespace of the cluster.
-func PodNetnsPrefix(name string) string { return Netns(name) + "-" }
 
 // Config describes a control plane to start.
 type Config struct {
@@ -248,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 	// Kubeconfigs at the top of the state directory, where users look.
-	c.PKI, err = pki.Generate(pki.Options{Dir: filepath.Join(dir, "pki"), KubeconfigDir: dir, Server: c.Server, NodeName: cfg.NodeName})
+	c.PKI, err = pki.Generate(pki.Options{Dir: filepath.Join(dir, "pki"), KubeconfigDir: dir, Server: c.Server, NodeName: cfg.NodeName, NodeIP: netns.Gateway})
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +252,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	cfg.Log.Info("network namespace and PKI ready", "netns", c.Netns, "took", since(start))
 
 	ready := func(name string, p Process, t0 time.Time, check func(context.Context) error) error {
-		if err := c.waitFor(ctx, p, cfg.ReadyTimeout, check); err != nil {
+		if err := c.WaitFor(ctx, p, cfg.ReadyTimeout, check); err != nil {
 			return fmt.Errorf("%s not ready: %w (log: %s)", name, err, p.Log)
 		}
 		rss, _ := p.RSS()
@@ -334,7 +328,7 @@ func (c *Cluster) apiserverArgs(cfg Config) []string {
 		"--bind-address=0.0.0.0",
 		"--secure-port=" + strconv.Itoa(cfg.Ports.APIServer),
 		"--advertise-address=" + netns.AdvertiseAddress,
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--service-cluster-ip-range=" + netns.ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--client-ca-file=" + p.CACert,
@@ -345,10 +339,12 @@ func (c *Cluster) apiserverArgs(cfg Config) []string {
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--cert-dir=" + filepath.Join(c.StateDir, "apiserver"),
 		"--allow-privileged=true",
-		// There is no kube-proxy: webhooks and aggregated APIs referenced
-		// by a Service are dialled at one of its ready endpoints (pod
-		// IPs, reached through the bridge) instead of its ClusterIP.
-		"--enable-aggregator-routing=true",
+		// Logs, exec and port-forward: the kubelet serves at the node's
+		// InternalIP, with a certificate of the cluster's CA.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + p.CACert,
+		"--kubelet-client-certificate=" + p.KubeletClientCert,
+		"--kubelet-client-key=" + p.KubeletClientKey,
 	}
 }
 
@@ -424,8 +420,9 @@ func (c *Cluster) Exited(p Process) <-chan struct{} {
 	return c.exited[p.PID]
 }
 
-// waitFor polls check until it succeeds, p exits, or bound passes.
-func (c *Cluster) waitFor(ctx context.Context, p Process, bound time.Duration, check func(context.Context) error) error {
+// WaitFor polls check until it succeeds, p (started by c.Run) exits, or
+// bound passes.
+func (c *Cluster) WaitFor(ctx context.Context, p Process, bound time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	exited := c.Exited(p)
@@ -490,8 +487,9 @@ func (c *Cluster) Stop(ctx context.Context) error {
 
 // Stop stops the cluster recorded in stateDir: every recorded process,
 // newest first, with SIGTERM and after a bound SIGKILL; then the cluster's
-// network namespace and every pod namespace of it. The state directory
-// stays, with the logs.
+// network namespace. The state directory stays, with the logs. A node's
+// processes are recorded too, but its pods and host state are its own to
+// undo first (package node).
 func Stop(ctx context.Context, stateDir string, log *slog.Logger) error {
 	s, err := Load(stateDir)
 	if err != nil {
@@ -509,16 +507,9 @@ const stopGrace = 10 * time.Second
 func (s *State) stop(ctx context.Context, log *slog.Logger) error {
 	var errs []error
 	for i := len(s.Processes) - 1; i >= 0; i-- {
-		p := s.Processes[i]
-		if !p.Alive() {
-			continue
-		}
-		t0 := time.Now()
-		if err := terminate(ctx, p, stopGrace); err != nil {
+		if err := s.Processes[i].Stop(ctx, log); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		log.Info("stopped", "process", p.Name, "pid", p.PID, "took", since(t0))
 	}
 	if err := DeleteNamespaces(ctx, s.Name, log); err != nil {
 		errs = append(errs, err)
@@ -526,9 +517,9 @@ func (s *State) stop(ctx context.Context, log *slog.Logger) error {
 	return errors.Join(errs...)
 }
 
-// DeleteNamespaces deletes the network namespace of the cluster name and
-// every pod namespace of it, first killing any process still inside one
-// (stopping the recorded processes normally leaves none).
+// DeleteNamespaces deletes the network namespace of the cluster name,
+// first killing any process still inside it (stopping the recorded
+// processes normally leaves none).
 func DeleteNamespaces(ctx context.Context, name string, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -537,18 +528,25 @@ func DeleteNamespaces(ctx context.Context, name string, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for _, n := range names {
-		if n == Netns(name) || strings.HasPrefix(n, PodNetnsPrefix(name)) {
-			killStragglers(ctx, n, log)
-			if err := netns.Delete(ctx, n); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			log.Info("deleted network namespace", "netns", n)
+	if !slices.Contains(names, Netns(name)) {
+		return nil
+	}
+	killStragglers(ctx, Netns(name), log)
+	if err := netns.Delete(ctx, Netns(name)); err != nil {
+		return err
+	}
+	log.Info("deleted network namespace", "netns", Netns(name))
+	return nil
+}
+
+// Process returns the newest recorded process named name.
+func (s *State) Process(name string) (Process, bool) {
+	for i := len(s.Processes) - 1; i >= 0; i-- {
+		if s.Processes[i].Name == name {
+			return s.Processes[i], true
 		}
 	}
-	return errors.Join(errs...)
+	return Process{}, false
 }
 
 // Running reports whether any recorded process still runs.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -88,6 +89,20 @@ func (p Process) RSS() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for %s (pid %d)", p.Name, p.PID)
+}
+
+// Stop stops p if it still runs (see terminate, with stopGrace) and logs
+// how long it took.
+func (p Process) Stop(ctx context.Context, log *slog.Logger) error {
+	if !p.Alive() {
+		return nil
+	}
+	t0 := time.Now()
+	if err := terminate(ctx, p, stopGrace); err != nil {
+		return err
+	}
+	log.Info("stopped", "process", p.Name, "pid", p.PID, "took", since(t0))
+	return nil
 }
 
 // terminate stops p: SIGTERM, then SIGKILL if it is still alive after

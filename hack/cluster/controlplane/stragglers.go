@@ -11,7 +11,8 @@ import (
 )
 
 // killStragglers SIGKILLs every process still inside the network namespace
-// ns, such as a container left behind by a node agent that was killed. It
+// ns, such as a program of the node left behind by a harness that was
+// killed (a pod's processes are in namespaces of their own). It
 // returns the processes it found.
 func killStragglers(ctx context.Context, ns string, log *slog.Logger) []Process {
 	var target syscall.Stat_t

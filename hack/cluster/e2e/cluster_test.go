@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,22 +29,30 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/swell-run/swell/hack/cluster/netns"
+	"github.com/swell-run/swell/hack/cluster/nodeimages"
 )
 
 const (
 	// pollInterval paces every wait on state another process owns.
 	pollInterval = 150 * time.Millisecond
-	// waitTimeout bounds a wait for the control plane and the node agent to
-	// converge. Measured convergence is well under a second; the bound only
-	// turns a hang into a failure that shows the pods.
+	// waitTimeout bounds a wait for the control plane and the node to
+	// converge. Measured convergence is a few seconds at most; the bound
+	// only turns a hang into a failure that shows the pods.
 	waitTimeout = 60 * time.Second
 
 	// helloGreeting starts the answer of cmd/hello to a plain GET.
 	helloGreeting = "Hello from Swell!"
-	// helloPort is where the pods of swell/hello listen (env PORT).
+	// helloPort is where the hello pods listen (env PORT).
 	helloPort = 8080
 	// helloContainer names the container of every hello pod.
 	helloContainer = "hello"
+
+	// nodeIP is the node's address, on the pod network's bridge in the
+	// cluster's namespace, where the suite runs: the kubelet probes and
+	// calls hooks from it, and the suite listens on it.
+	nodeIP = netns.Gateway
 )
 
 // runHint says how to run the suite, for skips and failures that need the
@@ -119,29 +129,15 @@ func namespacePrefix(test string) string {
 	return "e2e-" + strings.Trim(s[:min(len(s), 40)], "-") + "-"
 }
 
-// stateDir returns the cluster's state directory, failing the test when the
-// harness did not say where it is.
-func stateDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("SWELL_CLUSTER_STATE")
-	if dir == "" {
-		t.Fatal("SWELL_CLUSTER_STATE is not set, so the node agent's container logs cannot be found: " + runHint)
-	}
-	return dir
-}
-
-// containerLog returns the log the node agent kept of one run of a
-// container, which outlives the pod.
-func containerLog(t *testing.T, pod *corev1.Pod, container string, restartCount int32) string {
-	t.Helper()
-	path := filepath.Join(stateDir(t), "node", "pods",
-		fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID),
-		container, fmt.Sprintf("%d.log", restartCount))
-	b, err := os.ReadFile(path)
+// podLogs returns the log of the named container of pod, as the kubelet
+// serves it through the apiserver: of its current run, or of the one
+// before with previous.
+func (e *env) podLogs(ctx context.Context, pod *corev1.Pod, container string, previous bool) (string, error) {
+	b, err := e.cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container, Previous: previous}).DoRaw(ctx)
 	if err != nil {
-		t.Fatalf("log of container %s of pod %s (run %d): %v", container, pod.Name, restartCount, err)
+		return "", fmt.Errorf("logs of container %s of pod %s (previous %t): %w", container, pod.Name, previous, err)
 	}
-	return string(b)
+	return string(b), nil
 }
 
 // eventually polls cond until it returns nil, for at most waitTimeout; see
@@ -288,8 +284,8 @@ func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
 	return nil
 }
 
-// helloDeployment is a Deployment of swell/hello pods labelled app=name,
-// ready once GET /healthz answers, probed every second.
+// helloDeployment is a Deployment of hello pods (nodeimages.Hello)
+// labelled app=name, ready once GET /healthz answers, probed every second.
 func helloDeployment(name string, replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
@@ -301,10 +297,11 @@ func helloDeployment(name string, replicas int32) *appsv1.Deployment {
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{{
-						Name:  helloContainer,
-						Image: "swell/hello",
-						Env:   []corev1.EnvVar{{Name: "PORT", Value: fmt.Sprint(helloPort)}},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: helloPort, Protocol: corev1.ProtocolTCP}},
+						Name:            helloContainer,
+						Image:           nodeimages.Hello,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Env:             []corev1.EnvVar{{Name: "PORT", Value: fmt.Sprint(helloPort)}},
+						Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: helloPort, Protocol: corev1.ProtocolTCP}},
 						ReadinessProbe: &corev1.Probe{
 							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 								Path: "/healthz",
@@ -445,12 +442,14 @@ func (e *env) waitServing(name string, n int) []corev1.Pod {
 	return serving
 }
 
-// httpClient reaches pod IPs directly, never through a proxy from the
-// environment.
+// httpClient reaches pod IPs and ClusterIPs directly, never through a
+// proxy from the environment, on a new connection each time: kube-proxy
+// picks a Service's endpoint per connection.
 var httpClient = &http.Client{
 	Transport: &http.Transport{
-		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		Proxy:             nil,
+		DialContext:       (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DisableKeepAlives: true,
 	},
 	Timeout: 10 * time.Second,
 }
@@ -476,6 +475,69 @@ func getWith(ctx context.Context, c *http.Client, url string) (int, string, erro
 		return resp.StatusCode, "", fmt.Errorf("GET %s: read body: %w", url, err)
 	}
 	return resp.StatusCode, string(body), nil
+}
+
+// serviceURL is the URL of path at the Service's ClusterIP and first
+// port, where kube-proxy sends it on to one of the Service's endpoints.
+func (e *env) serviceURL(ctx context.Context, service, path string) (string, error) {
+	s, err := e.cs.CoreV1().Services(e.ns).Get(ctx, service, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if s.Spec.ClusterIP == "" || s.Spec.ClusterIP == corev1.ClusterIPNone || len(s.Spec.Ports) == 0 {
+		return "", fmt.Errorf("service %s has ClusterIP %q and ports %v", service, s.Spec.ClusterIP, s.Spec.Ports)
+	}
+	return "http://" + net.JoinHostPort(s.Spec.ClusterIP, fmt.Sprint(s.Spec.Ports[0].Port)) + path, nil
+}
+
+// waitReachable waits until the Service's ClusterIP accepts a connection
+// (see reachable).
+func (e *env) waitReachable(service string) {
+	e.t.Helper()
+	e.eventually("the ClusterIP of service "+service+" accepting connections", func(ctx context.Context) error {
+		return reachable(ctx, e.cs, e.ns, service)
+	})
+}
+
+// reachable says whether the ClusterIP of the Service ns/name accepts a
+// connection at its first port: kube-proxy has programmed it with ready
+// endpoints. Until then a client is refused (no endpoints) or not answered
+// at all. It sends no request, so nothing is counted or scaled.
+func reachable(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	s, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if len(s.Spec.Ports) == 0 {
+		return fmt.Errorf("service %s/%s has no port", ns, name)
+	}
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(s.Spec.ClusterIP, fmt.Sprint(s.Spec.Ports[0].Port)))
+	if err != nil {
+		return fmt.Errorf("service %s/%s: %w", ns, name, err)
+	}
+	return c.Close()
+}
+
+// podProcess returns the PID of a process of the pod: one in the pod's
+// cgroup, which the kubelet names pod<UID>.
+func podProcess(p *corev1.Pod) (int, error) {
+	want := []byte("/pod" + string(p.UID) + "/")
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range entries {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cgroup"))
+		if err == nil && bytes.Contains(cg, want) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no process in the cgroup of pod %s (UID %s)", p.Name, p.UID)
 }
 
 // podURL is the URL of path on a hello pod's own IP and port.

@@ -4,25 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	"k8s.io/client-go/util/retry"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 )
 
 // readyDelay is how long the hello pods of TestDeploymentBecomesReadyEndpoints
-// wait before they listen (env READY_DELAY): long enough that the node agent
+// wait before they listen (env READY_DELAY): long enough that the kubelet
 // reports each container running while its readiness probe still fails.
 const readyDelay = 2 * time.Second
 
@@ -39,8 +37,8 @@ func TestDeploymentBecomesReadyEndpoints(t *testing.T) {
 	e := setup(t)
 	const name, replicas = "hello", 3
 
-	// Watch from before the pods exist, so every status the node agent
-	// writes is seen, not just the latest.
+	// Watch from before the pods exist, so every status the kubelet writes
+	// is seen, not just the latest.
 	w, err := e.cs.CoreV1().Pods(e.ns).Watch(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("watch pods: %v", err)
@@ -125,59 +123,98 @@ func TestDeploymentBecomesReadyEndpoints(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 200 starting with %q", url, code, body, helloGreeting)
 		}
 	}
+
+	// The Service's ClusterIP spreads connections over every pod: the
+	// greeting names the replica that answered.
+	answered := map[string]bool{}
+	e.eventually(fmt.Sprintf("each of the %d pods answering at the ClusterIP of service %s", replicas, name), func(ctx context.Context) error {
+		url, err := e.serviceURL(ctx, name, "/")
+		if err != nil {
+			return err
+		}
+		code, body, err := get(ctx, url)
+		if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+			return fmt.Errorf("GET %s: %d %q %v", url, code, body, err)
+		}
+		for i := range pods {
+			if strings.Contains(body, pods[i].Name) {
+				answered[pods[i].Name] = true
+			}
+		}
+		if len(answered) < replicas {
+			return fmt.Errorf("answered by %v so far", answered)
+		}
+		return nil
+	})
 }
 
 func TestScaleSubresource(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	state := stateDir(t)
 	const name = "hello"
 
-	// The preStop hook writes here; the node agent runs it as whichever
-	// user the pod runs as.
-	marks, err := os.MkdirTemp("", "swell-e2e-prestop-")
+	// The preStop hook calls the test: the kubelet sends it before it
+	// stops the container, to the host the hook names, the node's own
+	// address, where the test listens.
+	hooks := make(chan string, 16)
+	ln, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("listen for the preStop hooks on the node's address: %v", err)
 	}
-	t.Cleanup(func() { os.RemoveAll(marks) })
-	if err := os.Chmod(marks, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hooks <- r.URL.Query().Get("from")
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
 
 	d := helloDeployment(name, 3)
 	grace := int64(5)
 	spec := &d.Spec.Template.Spec
 	spec.TerminationGracePeriodSeconds = &grace
 	c := &spec.Containers[0]
-	c.Env = append(c.Env,
-		corev1.EnvVar{Name: "MARK_DIR", Value: marks},
-		corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{
-			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"},
-		}},
-	)
-	// A hook's command is not expanded by the kubelet ($(VAR) is for a
-	// container's command and args); the shell reads the container's
-	// environment, which the hook runs with.
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
-		Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", `echo prestop > "$MARK_DIR/$POD_NAME"`}},
+		HTTPGet: &corev1.HTTPGetAction{
+			Host: nodeIP,
+			Port: intstr.FromInt32(int32(ln.Addr().(*net.TCPAddr).Port)),
+			Path: "/prestop?from=" + name,
+		},
 	}}
 	e.createHello(d)
 	removed := e.waitServing(name, 3)
 
+	// Every status the kubelet writes from now on, up to each pod's
+	// deletion: the last one holds how its container ended.
+	w, err := e.cs.CoreV1().Pods(e.ns).Watch(t.Context(), metav1.ListOptions{LabelSelector: "app=" + name})
+	if err != nil {
+		t.Fatalf("watch pods: %v", err)
+	}
+	defer w.Stop()
+	final := map[string]*corev1.Pod{}
+	deleted := map[string]bool{}
+
 	e.scale(name, 0)
 	// hello drains at once on SIGTERM: the pods go well within their grace
-	// period, and a node agent that waited it out and killed them would
-	// still make the bound.
-	e.eventuallyWithin("pods of "+name+" deleted from the API", time.Duration(grace)*time.Second+10*time.Second, func(ctx context.Context) error {
-		pods, err := e.pods(ctx, name)
-		if err != nil {
-			return err
+	// period, and a kubelet that waited it out and killed them would still
+	// make the bound.
+	timeout := time.After(time.Duration(grace)*time.Second + 20*time.Second)
+	for len(deleted) < len(removed) {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("pod watch ended with %d of %d pods deleted\n%s", len(deleted), len(removed), e.describe())
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			final[p.Name] = p
+			if ev.Type == watch.Deleted {
+				deleted[p.Name] = true
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d pods of %s deleted from the API after scaling to 0\n%s", len(deleted), len(removed), name, e.describe())
 		}
-		if len(pods) > 0 {
-			return fmt.Errorf("%d pods left", len(pods))
-		}
-		return nil
-	})
+	}
 	e.eventually("no endpoints for "+name, func(ctx context.Context) error {
 		eps, err := e.endpoints(ctx, name)
 		if err != nil {
@@ -188,32 +225,32 @@ func TestScaleSubresource(t *testing.T) {
 		}
 		return nil
 	})
+	// The kubelet ran each pod's hook before it stopped the container.
 	for i := range removed {
-		p := &removed[i]
-		mark := filepath.Join(marks, p.Name)
-		if b, err := os.ReadFile(mark); err != nil {
-			t.Errorf("pod %s: preStop hook left no mark: %v", p.Name, err)
-		} else if string(b) != "prestop\n" {
-			t.Errorf("pod %s: preStop mark %s holds %q, want %q", p.Name, mark, b, "prestop\n")
-		}
-		run := containerStatus(p, helloContainer).RestartCount
-		if log := containerLog(t, p, helloContainer, run); !strings.Contains(log, "hello shutting down") {
-			t.Errorf("pod %s: the log of its last run (under %s) has no shutdown line, so it did not drain on SIGTERM:\n%s", p.Name, state, log)
+		select {
+		case from := <-hooks:
+			if from != name {
+				t.Errorf("a preStop hook came from %q, want %q", from, name)
+			}
+		default:
+			t.Errorf("%d preStop hooks ran for %d pods removed", i, len(removed))
 		}
 	}
-
-	// No process of a removed pod is left: the node agent names each
-	// container's process in its containerID, swell://<pid>.
 	for i := range removed {
-		p := &removed[i]
-		id := containerStatus(p, helloContainer).ContainerID
-		pid, err := strconv.Atoi(strings.TrimPrefix(id, "swell://"))
-		if err != nil || !strings.HasPrefix(id, "swell://") {
-			t.Errorf("pod %s: containerID %q does not name a process", p.Name, id)
+		p := final[removed[i].Name]
+		if p == nil {
+			t.Errorf("pod %s: no status seen", removed[i].Name)
 			continue
 		}
-		e.eventually(fmt.Sprintf("process %d of pod %s gone", pid, p.Name), func(context.Context) error {
-			if running(pid) {
+		// Exit code 0 is hello's clean drain on SIGTERM; SIGKILL at the end
+		// of the grace period would have left 137.
+		cs := containerStatus(p, helloContainer)
+		if cs == nil || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			t.Errorf("pod %s did not drain on SIGTERM: its last status\n%s", p.Name, describePod(p))
+		}
+		// No process of a removed pod is left in its cgroup.
+		e.eventually(fmt.Sprintf("every process of pod %s gone", p.Name), func(context.Context) error {
+			if pid, err := podProcess(p); err == nil {
 				return fmt.Errorf("process %d still runs", pid)
 			}
 			return nil
@@ -222,18 +259,6 @@ func TestScaleSubresource(t *testing.T) {
 
 	e.scale(name, 5)
 	e.waitServing(name, 5)
-}
-
-// running says whether process pid exists and is not a zombie (a zombie
-// has ended; only its parent's wait is missing).
-func running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] != "Z"
 }
 
 // scale sets the Deployment's replicas through its scale subresource and

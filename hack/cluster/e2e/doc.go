@@ -1,13 +1,14 @@
 // Package e2e is the end-to-end suite of the test cluster: Go tests that
-// drive the real kube-apiserver and kube-controller-manager through client-go
-// and check what the node agent does with the pods they schedule.
+// drive the real kube-apiserver, kube-controller-manager, kube-scheduler,
+// kubelet and kube-proxy through client-go, with pods run by containerd
+// from the images built from this tree.
 //
-// The tests run inside the cluster's network namespace, so they reach pod IPs
-// directly, and read two variables:
+// The tests run inside the cluster's network namespace, so they reach pod
+// IPs and Services' ClusterIPs directly, and read two variables:
 //
-//	KUBECONFIG            the admin kubeconfig; without it every test skips
-//	SWELL_CLUSTER_STATE   the cluster's state directory, where the node agent
-//	                      keeps container logs
+//	KUBECONFIG     the admin kubeconfig; without it every test skips
+//	SWELL_DEPLOY   the kustomization that installs Swell's deploy/ with
+//	               the images the node was given
 //
 // `make e2e` builds the cluster, starts it, runs this suite in it through
 // `swell-cluster e2e` and tears the cluster down. Each test works in a

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/swell-run/swell/hack/cluster/nodeimages"
 )
 
 func TestCrashRestarts(t *testing.T) {
@@ -20,9 +22,10 @@ func TestCrashRestarts(t *testing.T) {
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways,
 			Containers: []corev1.Container{{
-				Name:    "shell",
-				Image:   "swell/shell",
-				Command: []string{"/bin/sh", "-c", fmt.Sprintf("echo started; sleep 1; exit %d", exitCode)},
+				Name:            "box",
+				Image:           nodeimages.Box,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Args:            []string{"-say", "started", "-after", "1s", "-exit", fmt.Sprint(exitCode)},
 			}},
 		},
 	}, metav1.CreateOptions{})
@@ -35,7 +38,7 @@ func TestCrashRestarts(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cs := containerStatus(p, "shell")
+		cs := containerStatus(p, "box")
 		if cs == nil {
 			return fmt.Errorf("no container status")
 		}
@@ -47,8 +50,9 @@ func TestCrashRestarts(t *testing.T) {
 		return nil
 	})
 
-	// Each run has a log of its own; the first one is complete by now.
-	if log := containerLog(t, pod, "shell", 0); !strings.Contains(log, "started") {
-		t.Errorf("log of the first run of pod %s: %q, want it to contain %q", pod.Name, log, "started")
+	// The kubelet keeps the log of the run before the current one.
+	log, err := e.podLogs(t.Context(), pod, "box", true)
+	if err != nil || !strings.Contains(log, "started") {
+		t.Errorf("log of the previous run of pod %s: %q %v, want it to contain %q", pod.Name, log, err, "started")
 	}
 }

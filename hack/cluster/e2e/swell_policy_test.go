@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/swell-run/swell/hack/cluster/nodeimages"
 )
 
 // autoscalerUser is the autoscaler's service account as the API server
@@ -183,7 +185,7 @@ func TestSwellAutoscalerDeploymentWrites(t *testing.T) {
 	template := map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
 		"annotations": map[string]string{"e2e.swell.run/rollout": "1"}}}}}
 	image := map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-		"containers": []map[string]string{{"name": helloContainer, "image": "swell/shell"}}}}}}
+		"containers": []map[string]string{{"name": helloContainer, "image": nodeimages.Box}}}}}}
 	replicas := map[string]any{"spec": map[string]any{"replicas": 3}}
 	optOut := map[string]any{"metadata": map[string]any{"labels": map[string]any{labelEnabled: nil}}}
 

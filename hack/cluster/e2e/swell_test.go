@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -41,26 +40,30 @@ const (
 	leaseName        = "swell-autoscaler"
 	activatorPort    = "http"
 	queueProxyPort   = 8012
-	// installTimeout bounds Swell's install: the images are local binaries,
-	// so this is the control plane and the readiness probes.
+	// installTimeout bounds Swell's install: the images are on the node
+	// already, so this is the control plane, the containers' start and the
+	// readiness probes.
 	installTimeout = 2 * time.Minute
 	// scaleTimeout bounds a scaling decision that waits on the stable
 	// window the tests set (6 s) and the pods' start.
 	scaleTimeout = 90 * time.Second
 )
 
-// deployDir is the kustomize base `kubectl apply -k` installs.
-const deployDir = "../../../deploy"
-
-// installSwell installs deploy/ once for the whole suite, with the
-// cluster-wide defaults the tests rely on, and waits until both the
-// autoscaler's replicas and the activator's are ready and the webhooks hold
-// the autoscaler's CA. The tests that need Swell call it first.
+// installSwell installs deploy/ once for the whole suite, through the
+// overlay the harness wrote (SWELL_DEPLOY: the images built from this tree,
+// pinned by digest), with the cluster-wide defaults the tests rely on, and
+// waits until both the autoscaler's replicas and the activator's are ready
+// and the webhooks hold the autoscaler's CA. The tests that need Swell
+// call it first.
 var installSwell = sync.OnceValue(func() error {
 	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
 	defer cancel()
-	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", deployDir); err != nil {
-		return fmt.Errorf("kubectl apply -k %s: %v\n%s", deployDir, err, out)
+	overlay := os.Getenv("SWELL_DEPLOY")
+	if overlay == "" {
+		return fmt.Errorf("SWELL_DEPLOY is not set, so Swell's images are not known: %s", runHint)
+	}
+	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", overlay); err != nil {
+		return fmt.Errorf("kubectl apply -k %s: %v\n%s", overlay, err, out)
 	}
 	cfg, err := adminConfig()
 	if err != nil {
@@ -111,6 +114,14 @@ func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 	}
 	if _, err := activatorAddrs(ctx, cs); err != nil {
 		return err
+	}
+	// The API server calls the webhooks at their Service's ClusterIP, and
+	// clients reach the activators at theirs: both through kube-proxy,
+	// which programs them a moment after the endpoints are ready.
+	for _, svc := range []string{"swell-webhook", "activator"} {
+		if err := reachable(ctx, cs, swellNamespace, svc); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -215,20 +226,37 @@ var slowClient = &http.Client{
 	Timeout:   scaleTimeout,
 }
 
-// viaActivator sends GET path to the Service through an activator, by its
-// cluster host name, as a client of the Service does while the activator
-// is in its path (there is no kube-proxy in the test cluster to do the
-// ClusterIP's part).
+// viaService sends GET path to the Service as its clients do: to its
+// ClusterIP, with its cluster host name, for kube-proxy to send on to one
+// of the endpoints Swell gives it (the activators, or the pods'
+// queue-proxies).
+func (e *env) viaService(ctx context.Context, service, path string) (int, string, error) {
+	url, err := e.serviceURL(ctx, service, path)
+	if err != nil {
+		return 0, "", err
+	}
+	return hostGet(ctx, url, service+"."+e.ns+".svc.cluster.local")
+}
+
+// viaActivator sends GET path to the Service through the activators: to
+// the ClusterIP of their own Service, with the Service's host name, by
+// which they route.
 func (e *env) viaActivator(ctx context.Context, service, path string) (int, string, error) {
-	addrs, err := activatorAddrs(ctx, e.cs)
+	s, err := e.cs.CoreV1().Services(swellNamespace).Get(ctx, "activator", metav1.GetOptions{})
 	if err != nil {
 		return 0, "", err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addrs[0]+path, nil)
+	return hostGet(ctx, "http://"+net.JoinHostPort(s.Spec.ClusterIP, "80")+path, service+"."+e.ns+".svc.cluster.local")
+}
+
+// hostGet sends GET url with the Host header host, waiting for a cold
+// start, and returns the status and body.
+func hostGet(ctx context.Context, url, host string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, "", err
 	}
-	req.Host = service + "." + e.ns + ".svc.cluster.local"
+	req.Host = host
 	resp, err := slowClient.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -280,9 +308,10 @@ func (e *env) status(ctx context.Context, name string) (map[string]any, error) {
 	return st, nil
 }
 
-// describeSwell is the state of Swell's own pods, for failures.
+// describeSwell is the state of Swell's own pods, and the end of their
+// logs, for failures.
 func describeSwell(e *env) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pods, err := e.cs.CoreV1().Pods(swellNamespace).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -292,15 +321,12 @@ func describeSwell(e *env) string {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		fmt.Fprintf(&b, "  %s\n", describePod(p))
-		if dir := os.Getenv("SWELL_CLUSTER_STATE"); dir != "" {
-			for _, c := range p.Spec.Containers {
-				logs, _ := filepath.Glob(filepath.Join(dir, "node", "pods", p.Namespace+"_"+p.Name+"_*", c.Name, "*.log"))
-				for _, l := range logs {
-					if data, err := os.ReadFile(l); err == nil {
-						fmt.Fprintf(&b, "    --- %s (last 3000 bytes)\n%s\n", l, tail(data, 3000))
-					}
-				}
+		for _, c := range p.Spec.Containers {
+			log, err := e.podLogs(ctx, p, c.Name, false)
+			if err != nil {
+				log = err.Error()
 			}
+			fmt.Fprintf(&b, "    --- log of %s (last 3000 bytes)\n%s\n", c.Name, tail([]byte(log), 3000))
 		}
 	}
 	return b.String()
@@ -423,6 +449,10 @@ func TestSwellInjectsAndRoutesToPods(t *testing.T) {
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
 		t.Errorf("GET through the queue-proxy: %d %q %v", code, body, err)
 	}
+	code, body, err = e.viaService(t.Context(), name, "/")
+	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
+		t.Errorf("GET at the Service's ClusterIP: %d %q %v", code, body, err)
+	}
 	code, body, err = e.viaActivator(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
 		t.Errorf("GET through the activator: %d %q %v", code, body, err)
@@ -483,8 +513,14 @@ func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
 	const name = "cold"
 	e.createHello(swellHello(name, int32p(0), map[string]string{"autoscaling.swell.run/min-scale": "0"}))
 
+	// The autoscaler may hold a new service at one replica until the
+	// activators are in its path ("waiting for the activator before
+	// scaling to zero"): wait for zero and the activators together.
 	var acts []string
-	e.eventually("Swell's EndpointSlice for "+name+" lists the activators", func(ctx context.Context) error {
+	e.eventually(name+" at zero, Swell's EndpointSlice listing the activators", func(ctx context.Context) error {
+		if n, err := e.replicas(ctx, name); err != nil || n != 0 {
+			return fmt.Errorf("scale %d %v, want 0", n, err)
+		}
 		s, err := e.routeSlice(ctx, name)
 		if err != nil {
 			return err
@@ -503,16 +539,15 @@ func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
 		}
 		return nil
 	})
-	if n, err := e.replicas(t.Context(), name); err != nil || n != 0 {
-		t.Fatalf("scale before the request: %d %v, want 0", n, err)
-	}
+	e.waitReachable(name)
 
+	// The Service's ClusterIP leads to the activators while it is at zero.
 	start := time.Now()
-	code, body, err := e.viaActivator(t.Context(), name, "/")
+	code, body, err := e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
-		t.Fatalf("GET through the activator at zero: %d %q %v\n%s", code, body, err, e.describe())
+		t.Fatalf("GET at the ClusterIP at zero: %d %q %v\n%s", code, body, err, e.describe())
 	}
-	t.Logf("cold start through the activator answered in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("cold start through the ClusterIP and an activator answered in %v", time.Since(start).Round(time.Millisecond))
 	if n, err := e.replicas(t.Context(), name); err != nil || n < 1 {
 		t.Errorf("scale after the request: %d %v, want at least 1", n, err)
 	}
@@ -557,6 +592,7 @@ func TestSwellBurstScalesUp(t *testing.T) {
 		return nil
 	})
 
+	e.waitReachable(name)
 	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -565,7 +601,7 @@ func TestSwellBurstScalesUp(t *testing.T) {
 	for range burst {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				code, _, err := e.viaActivator(ctx, name, "/?sleep=2s")
+				code, _, err := e.viaService(ctx, name, "/?sleep=2s")
 				if err != nil {
 					return
 				}
@@ -660,13 +696,14 @@ func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
 	// Some traffic first, so that the service is routed to its pod; an
 	// idle service that never saw a request heads for zero at once and
 	// keeps the activator.
+	e.waitReachable(name)
 	load, stopLoad := context.WithCancel(ctx)
 	loaded := make(chan struct{})
 	go func() {
 		defer close(loaded)
 		for load.Err() == nil {
-			if code, _, err := e.viaActivator(load, name, "/?sleep=50ms"); err == nil && code != http.StatusOK {
-				t.Errorf("GET through the activator under load: status %d", code)
+			if code, _, err := e.viaService(load, name, "/?sleep=50ms"); err == nil && code != http.StatusOK {
+				t.Errorf("GET at the ClusterIP under load: status %d", code)
 			}
 		}
 	}()
@@ -731,9 +768,9 @@ func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
 	if zero < 0 || routedToActivator < 0 || routedToActivator > zero {
 		t.Errorf("the activator was not in the path before the scale to zero (route to activator at %d, replicas 0 at %d)", routedToActivator, zero)
 	}
-	code, body, err := e.viaActivator(t.Context(), name, "/")
+	code, body, err := e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
-		t.Errorf("GET through the activator after scaling to zero: %d %q %v", code, body, err)
+		t.Errorf("GET at the ClusterIP after scaling to zero: %d %q %v", code, body, err)
 	}
 }
 
@@ -834,9 +871,9 @@ func TestSwellLeaderFailover(t *testing.T) {
 		}
 		return nil
 	})
-	code, body, err := e.viaActivator(t.Context(), name, "/")
+	code, body, err := e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
-		t.Errorf("GET through the activator after the failover: %d %q %v", code, body, err)
+		t.Errorf("GET at the ClusterIP after the failover: %d %q %v", code, body, err)
 	}
 }
 

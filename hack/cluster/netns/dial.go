@@ -19,12 +19,12 @@ type DialContext func(ctx context.Context, network, address string) (net.Conn, e
 // the cluster's loopback. A socket belongs to the namespace of the thread
 // that created it, so the dial runs on a locked thread switched into the
 // namespace and back.
-func Dialer(name string) DialContext { return DialerAt("/run/netns/"+name, name) }
+func Dialer(name string) DialContext { return DialerAt(Path(name), name) }
 
 // DialerAt is Dialer for the namespace whose file is path, such as
 // /proc/<pid>/ns/net of a process inside it; name names it in errors.
-// A pod's namespace is one: the node agent mounts it in a mount namespace
-// of its own, where another process's /run/netns does not see it.
+// A pod's namespace is one: containerd keeps it under its own state
+// directory, and a pod's process leads to it without knowing where.
 func DialerAt(path, name string) DialContext {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
 		target, err := os.Open(path)

@@ -1,9 +1,10 @@
 // Package netns creates and removes the network namespaces a test cluster
 // runs in, runs commands inside them, and dials into them from outside.
 //
-// A cluster's namespace holds lo (with the apiserver's advertise address)
-// and the pod network's bridge, so nothing the cluster does can leave the
-// machine. It is driven with iproute2, which must be installed; creating
+// A cluster's namespace holds lo (with the apiserver's advertise address),
+// the pod network's bridge and the route to the Services' ClusterIPs, so
+// nothing the cluster does can leave the machine. It is driven with
+// iproute2 and util-linux's nsenter, which must be installed; creating
 // namespaces needs root.
 package netns
 
@@ -26,10 +27,23 @@ const (
 	// AdvertiseAddress is on lo: the apiserver's --advertise-address,
 	// which may not be loopback.
 	AdvertiseAddress = "198.19.0.1"
+	// ServiceCIDR holds the Services' ClusterIPs, which kube-proxy
+	// translates. It is not loopback: a loopback ClusterIP would be each
+	// pod's own. The namespace routes it to Bridge, so that a connection
+	// to a ClusterIP has a route to take before kube-proxy's rules
+	// rewrite its destination.
+	ServiceCIDR = "10.96.0.0/16"
+	// KubernetesServiceIP is the first address of ServiceCIDR, the
+	// ClusterIP of the Service "kubernetes", where pods reach the
+	// apiserver.
+	KubernetesServiceIP = "10.96.0.1"
 )
 
-// IP is the iproute2 program.
-var IP = "/usr/sbin/ip"
+// IP is the iproute2 program; Nsenter is util-linux's.
+var (
+	IP      = "/usr/sbin/ip"
+	Nsenter = "/usr/bin/nsenter"
+)
 
 func ip(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, IP, args...)
@@ -42,7 +56,8 @@ func ip(ctx context.Context, args ...string) error {
 }
 
 // Create creates the network namespace name with lo up, AdvertiseAddress
-// on lo, and Bridge up with Gateway/16. It fails if the namespace exists:
+// on lo, Bridge up with Gateway/16, and ServiceCIDR routed to Bridge from
+// Gateway. It fails if the namespace exists:
 // two clusters must never share one. On failure nothing is left behind.
 func Create(ctx context.Context, name string) (err error) {
 	if err := ip(ctx, "netns", "add", name); err != nil {
@@ -62,6 +77,7 @@ func Create(ctx context.Context, name string) (err error) {
 		{"link", "add", Bridge, "type", "bridge"},
 		{"addr", "add", Gateway + "/16", "dev", Bridge},
 		{"link", "set", Bridge, "up"},
+		{"route", "add", ServiceCIDR, "dev", Bridge, "src", Gateway},
 	}
 	for _, s := range steps {
 		if err := in(s...); err != nil {
@@ -105,8 +121,14 @@ func List(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Exec returns a command that runs argv inside the namespace name. iproute2
+// Exec returns a command that runs argv inside the network namespace name
+// and nothing else of its own: unlike `ip netns exec`, which gives it a
+// mount namespace of its own, it shares the host's mounts, so what the
+// kubelet mounts for a pod (its volumes) is what containerd sees. nsenter
 // execs argv in place, so the started process's PID is argv's own.
 func Exec(name string, argv ...string) *exec.Cmd {
-	return exec.Command(IP, append([]string{"netns", "exec", name}, argv...)...)
+	return exec.Command(Nsenter, append([]string{"--net=" + Path(name), "--"}, argv...)...)
 }
+
+// Path is the file of the named network namespace name.
+func Path(name string) string { return "/run/netns/" + name }

@@ -60,6 +60,21 @@ func TestCreateDelete(t *testing.T) {
 		t.Errorf("bridge %s is not up: %v: %s", Bridge, err, out)
 	}
 
+	out, err = Exec(name, IP, "route", "get", KubernetesServiceIP).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "dev "+Bridge+" src "+Gateway) {
+		t.Errorf("route to the ClusterIP %s in %s: %v: %s; want it through %s from %s", KubernetesServiceIP, name, err, out, Bridge, Gateway)
+	}
+	// The namespace's processes see the host's mounts: what the kubelet
+	// mounts, containerd must see.
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = Exec(name, "readlink", "/proc/self/ns/mnt").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != self {
+		t.Errorf("mount namespace inside %s: %q %v; want the host's %s", name, out, err, self)
+	}
+
 	if err := Create(ctx, name); err == nil {
 		t.Error("Create of an existing namespace succeeded, want an error")
 	}

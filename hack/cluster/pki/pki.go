@@ -1,7 +1,7 @@
 // Package pki generates a test cluster's certificates, keys and
-// kubeconfigs: a CA, the apiserver's serving certificate, the
-// service-account signing key, and a client identity for each of the
-// cluster's users.
+// kubeconfigs: a CA, the apiserver's and the kubelet's serving
+// certificates, the service-account signing key, and a client identity for
+// each of the cluster's users.
 //
 // Keys are ECDSA P-256. Everything is written to one directory, readable by
 // its owner only; the kubeconfigs name the files by absolute path.
@@ -24,12 +24,15 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/swell-run/swell/hack/cluster/netns"
 )
 
 // The apiserver serving certificate's names: every address it is dialled
-// at inside the cluster's namespace, and the in-cluster Service names.
+// at inside the cluster's namespace (pods dial the ClusterIP of the
+// Service "kubernetes"), and the in-cluster Service names.
 var (
-	ServingIPs   = []string{"127.0.0.1", "198.19.0.1", "198.18.0.1", "127.96.0.1"}
+	ServingIPs   = []string{"127.0.0.1", netns.AdvertiseAddress, netns.Gateway, netns.KubernetesServiceIP}
 	ServingNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 )
 
@@ -42,8 +45,12 @@ type Options struct {
 	// Server is the apiserver URL written into the kubeconfigs,
 	// e.g. https://127.0.0.1:6443.
 	Server string
-	// NodeName names the node identity (CN=system:node:<NodeName>).
+	// NodeName names the node identity (CN=system:node:<NodeName>) and
+	// the kubelet's serving certificate.
 	NodeName string
+	// NodeIP is the address the apiserver dials the kubelet at, in the
+	// kubelet's serving certificate.
+	NodeIP string
 	// Now is the start of the certificates' validity.
 	Now time.Time
 	// Validity is how long certificates are valid; default one year.
@@ -62,10 +69,18 @@ type Files struct {
 	ServingKey        string
 	ServiceAccountKey string // private key, PKCS#8 PEM: signs tokens
 	ServiceAccountPub string // public key, PKIX PEM: verifies them
+	KubeletCert       string // the kubelet's serving certificate
+	KubeletKey        string
 	Admin             Client // O=system:masters; admin.kubeconfig
 	ControllerManager Client // CN=system:kube-controller-manager
 	Scheduler         Client // CN=system:kube-scheduler: binds pods
-	Node              Client // CN=system:node:<name>, O=system:nodes
+	Node              Client // CN=system:node:<name>, O=system:nodes: the kubelet
+	Proxy             Client // CN=system:kube-proxy
+	// KubeletClientCert and KubeletClientKey are the apiserver's identity
+	// towards the kubelet (logs, exec): O=system:masters, which the
+	// kubelet's webhook authorizer allows everything.
+	KubeletClientCert string
+	KubeletClientKey  string
 }
 
 // The identities' subjects.
@@ -80,8 +95,8 @@ func nodeSubject(node string) pkix.Name {
 // Generate creates a fresh CA and every certificate, key and kubeconfig
 // under opts.Dir, replacing what is there.
 func Generate(opts Options) (Files, error) {
-	if opts.Dir == "" || opts.Server == "" || opts.NodeName == "" {
-		return Files{}, errors.New("pki: Dir, Server and NodeName are required")
+	if opts.Dir == "" || opts.Server == "" || opts.NodeName == "" || net.ParseIP(opts.NodeIP) == nil {
+		return Files{}, errors.New("pki: Dir, Server, NodeName and NodeIP (an IP address) are required")
 	}
 	if opts.Validity == 0 {
 		opts.Validity = 365 * 24 * time.Hour
@@ -137,6 +152,19 @@ func Generate(opts Options) (Files, error) {
 		return Files{}, err
 	}
 
+	kc := g.template(pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}})
+	kc.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if f.KubeletClientCert, f.KubeletClientKey, err = g.leaf("apiserver-kubelet-client", kc); err != nil {
+		return Files{}, err
+	}
+	kubelet := g.template(nodeSubject(opts.NodeName))
+	kubelet.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	kubelet.DNSNames = []string{opts.NodeName}
+	kubelet.IPAddresses = []net.IP{net.ParseIP(opts.NodeIP)}
+	if f.KubeletCert, f.KubeletKey, err = g.leaf("kubelet", kubelet); err != nil {
+		return Files{}, err
+	}
+
 	saKey, err := g.key("sa.key")
 	if err != nil {
 		return Files{}, err
@@ -161,6 +189,7 @@ func Generate(opts Options) (Files, error) {
 		{"controller-manager", "system:kube-controller-manager", pkix.Name{CommonName: "system:kube-controller-manager"}, &f.ControllerManager},
 		{"scheduler", "system:kube-scheduler", pkix.Name{CommonName: "system:kube-scheduler"}, &f.Scheduler},
 		{"node", "system:node:" + opts.NodeName, nodeSubject(opts.NodeName), &f.Node},
+		{"kube-proxy", "system:kube-proxy", pkix.Name{CommonName: "system:kube-proxy"}, &f.Proxy},
 	}
 	for _, c := range clients {
 		tmpl := g.template(c.subject)

@@ -18,7 +18,7 @@ var now = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func generate(t *testing.T) Files {
 	t.Helper()
-	f, err := Generate(Options{Dir: t.TempDir(), Server: "https://127.0.0.1:6443", NodeName: "swell-node", Now: now})
+	f, err := Generate(Options{Dir: t.TempDir(), Server: "https://127.0.0.1:6443", NodeName: "swell-node", NodeIP: "198.18.0.1", Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +79,20 @@ func TestServingCert(t *testing.T) {
 	}
 }
 
+// TestKubeletCerts: the kubelet serves at the node's address, and the
+// apiserver calls it as a member of system:masters.
+func TestKubeletCerts(t *testing.T) {
+	f := generate(t)
+	c := verify(t, f, f.KubeletCert, x509.ExtKeyUsageServerAuth, "swell-node")
+	if len(c.IPAddresses) != 1 || !c.IPAddresses[0].Equal(net.ParseIP("198.18.0.1")) {
+		t.Errorf("kubelet serving certificate IP SANs = %v, want the node's 198.18.0.1", c.IPAddresses)
+	}
+	c = verify(t, f, f.KubeletClientCert, x509.ExtKeyUsageClientAuth, "")
+	if !slices.Equal(c.Subject.Organization, []string{"system:masters"}) || slices.Contains(c.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		t.Errorf("the apiserver's kubelet client certificate: O=%v usages %v; want O=system:masters, client only", c.Subject.Organization, c.ExtKeyUsage)
+	}
+}
+
 func TestClientIdentities(t *testing.T) {
 	f := generate(t)
 	for _, tc := range []struct {
@@ -90,6 +104,7 @@ func TestClientIdentities(t *testing.T) {
 		{f.ControllerManager, "system:kube-controller-manager", nil},
 		{f.Scheduler, "system:kube-scheduler", nil},
 		{f.Node, "system:node:swell-node", []string{"system:nodes"}},
+		{f.Proxy, "system:kube-proxy", nil},
 	} {
 		c := verify(t, f, tc.client.Cert, x509.ExtKeyUsageClientAuth, "")
 		if c.Subject.CommonName != tc.cn || !slices.Equal(c.Subject.Organization, tc.orgs) {
@@ -141,7 +156,7 @@ func TestServiceAccountKeyPair(t *testing.T) {
 
 func TestPrivateFiles(t *testing.T) {
 	f := generate(t)
-	for _, p := range []string{f.CAKey, f.ServingKey, f.ServiceAccountKey, f.Admin.Key, f.Admin.Kubeconfig} {
+	for _, p := range []string{f.CAKey, f.ServingKey, f.ServiceAccountKey, f.KubeletKey, f.KubeletClientKey, f.Admin.Key, f.Admin.Kubeconfig} {
 		st, err := os.Stat(p)
 		if err != nil {
 			t.Fatal(err)
@@ -156,15 +171,18 @@ func TestGenerateRequiresOptions(t *testing.T) {
 	if _, err := Generate(Options{Dir: t.TempDir()}); err == nil {
 		t.Error("Generate without Server and NodeName succeeded")
 	}
+	if _, err := Generate(Options{Dir: t.TempDir(), Server: "https://127.0.0.1:6443", NodeName: "n", NodeIP: "node"}); err == nil {
+		t.Error("Generate with a NodeIP that is no IP address succeeded")
+	}
 }
 
 func TestKubeconfigDir(t *testing.T) {
 	kc := t.TempDir()
-	f, err := Generate(Options{Dir: t.TempDir(), KubeconfigDir: kc, Server: "https://127.0.0.1:6443", NodeName: "n", Now: now})
+	f, err := Generate(Options{Dir: t.TempDir(), KubeconfigDir: kc, Server: "https://127.0.0.1:6443", NodeName: "n", NodeIP: "198.18.0.1", Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []Client{f.Admin, f.ControllerManager, f.Scheduler, f.Node} {
+	for _, c := range []Client{f.Admin, f.ControllerManager, f.Scheduler, f.Node, f.Proxy} {
 		if filepath.Dir(c.Kubeconfig) != kc {
 			t.Errorf("kubeconfig %s not in %s", c.Kubeconfig, kc)
 		}

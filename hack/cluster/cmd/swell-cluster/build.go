@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
 
 	"github.com/swell-run/swell/hack/cluster/build"
 )
 
 func cmdBuild(ctx context.Context, args []string, log *slog.Logger) error {
 	fs := newFlagSet("build", "build [--cache DIR]")
-	cache := fs.String("cache", "", "cache directory for the Kubernetes binaries (default: <user cache dir>/swell-cluster/bin)")
+	cache := fs.String("cache", "", "cache directory for the binaries (default: <user cache dir>/swell-cluster/bin)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -22,17 +21,20 @@ func cmdBuild(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println("etcd", b.Etcd)
-	fmt.Println("kube-apiserver", b.KubeAPIServer)
-	fmt.Println("kube-controller-manager", b.KubeControllerManager)
-	fmt.Println("kubectl", b.Kubectl)
-	images := make([]string, 0, len(b.Images))
-	for img := range b.Images {
-		images = append(images, img)
-	}
-	sort.Strings(images)
-	for _, img := range images {
-		fmt.Println(img, b.Images[img])
+	for _, p := range []struct{ name, path string }{
+		{"etcd", b.Etcd},
+		{"kube-apiserver", b.KubeAPIServer},
+		{"kube-controller-manager", b.KubeControllerManager},
+		{"kube-scheduler", b.KubeScheduler},
+		{"kubectl", b.Kubectl},
+		{"kubelet", b.Kubelet},
+		{"kube-proxy", b.KubeProxy},
+		{"containerd", b.Runtime.Containerd},
+		{"containerd-shim-runc-v2", b.Runtime.Shim},
+		{"ctr", b.Runtime.Ctr},
+		{"cni-plugins", b.Runtime.CNIDir},
+	} {
+		fmt.Println(p.name, p.path)
 	}
 	return nil
 }

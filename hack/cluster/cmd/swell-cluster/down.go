@@ -29,9 +29,9 @@ func cmdDown(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	// Stopping must finish even when interrupted.
 	ctx = context.WithoutCancel(ctx)
-	err = controlplane.Stop(ctx, state, log)
+	err = stopCluster(ctx, state, c.name, log)
 	if errors.Is(err, fs.ErrNotExist) {
-		log.Info("no cluster recorded; deleting its network namespaces if any", "state", state)
+		log.Info("no cluster recorded; deleting its network namespace if any", "state", state)
 		return controlplane.DeleteNamespaces(ctx, c.name, log)
 	}
 	return err

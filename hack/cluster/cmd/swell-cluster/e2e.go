@@ -48,7 +48,7 @@ func cmdE2E(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	bins, err := build.Build(ctx, build.Options{ModuleDir: module, CacheDir: o.cache, SwellBinDir: filepath.Join(state, "bin"), Log: log})
+	bins, images, err := buildAll(ctx, o, module, state, log)
 	if err != nil {
 		return err
 	}
@@ -65,20 +65,22 @@ func cmdE2E(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	log.Info("built", "binary", "e2e.test", "took", since(t0))
 
-	c, err := upCluster(ctx, o, state, bins, log)
+	c, err := upCluster(ctx, o, state, bins, images, log)
 	if err != nil {
 		return err
 	}
 	down := func() {
-		if err := c.Stop(context.WithoutCancel(ctx)); err != nil {
+		t0 := time.Now()
+		if err := stopCluster(context.WithoutCancel(ctx), state, o.name, log); err != nil {
 			log.Error("stop the cluster", "err", err)
 		}
+		log.Info("cluster stopped", "took", since(t0))
 	}
 
 	t0 = time.Now()
 	cmd := netns.Exec(c.Netns, append([]string{suite, "-test.v"}, fs.Args()...)...)
 	cmd.Dir = filepath.Join(module, "e2e")
-	cmd.Env = append(clusterEnv(&c.State), "SWELL_CLUSTER_STATE="+state)
+	cmd.Env = append(clusterEnv(&c.State), "SWELL_DEPLOY="+deployOverlay(state))
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	testErr := cmd.Run()
 	log.Info("end-to-end suite finished", "took", since(t0), "err", testErr)

@@ -2,13 +2,12 @@
 // cluster Swell's end-to-end tests run against, and runs commands in it.
 //
 //	swell-cluster build                    build the binaries, print their paths
-//	swell-cluster up [flags]               start a cluster and its node agent
+//	swell-cluster up [flags]               start a cluster: control plane and node
 //	swell-cluster down [flags]             stop it; nothing is left running
 //	swell-cluster exec [flags] -- CMD...   run CMD in the cluster's namespace
 //	swell-cluster e2e [--keep] [-- ARGS]   run the end-to-end suite in a fresh cluster
-//	swell-cluster node [flags]             the node agent (started by up)
 //
-// Creating network namespaces needs root.
+// Network namespaces, containers and cgroups need root.
 package main
 
 import (
@@ -26,12 +25,11 @@ import (
 const usage = `usage: swell-cluster <command> [flags]
 
 commands:
-  build   build etcd, kube-apiserver, kube-controller-manager, kubectl and Swell's binaries
-  up      start a cluster (control plane and node agent) and wait until it is ready
-  down    stop a cluster and delete its network namespaces
+  build   build etcd, Kubernetes, containerd and the CNI plugins (cached)
+  up      start a cluster (control plane and node) and wait until it is ready
+  down    stop a cluster, its node and pods, and undo what they changed
   exec    run a command inside a cluster's network namespace, with kubectl on PATH
   e2e     build, start a fresh cluster, run the end-to-end suite in it, stop it
-  node    run the node agent (started by up inside the cluster's namespace)
 
 Run 'swell-cluster <command> -h' for a command's flags.
 `
@@ -70,7 +68,6 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 		"down":  cmdDown,
 		"exec":  cmdExec,
 		"e2e":   cmdE2E,
-		"node":  cmdNode,
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -79,7 +76,7 @@ func run(ctx context.Context, args []string, log *slog.Logger) error {
 			return nil
 		}
 		fmt.Fprint(os.Stderr, usage)
-		return fmt.Errorf("unknown command %q: want build, up, down, exec, e2e or node", args[0])
+		return fmt.Errorf("unknown command %q: want build, up, down, exec or e2e", args[0])
 	}
 	return cmd(ctx, args[1:], log)
 }

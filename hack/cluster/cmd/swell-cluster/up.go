@@ -6,17 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/swell-run/swell/hack/cluster/build"
 	"github.com/swell-run/swell/hack/cluster/controlplane"
-	"github.com/swell-run/swell/hack/cluster/netns"
+	"github.com/swell-run/swell/hack/cluster/node"
+	"github.com/swell-run/swell/hack/cluster/nodeimages"
 )
 
 // upOptions say how to start a cluster.
@@ -35,8 +32,8 @@ func (o *upOptions) register(fs *flag.FlagSet) {
 	fs.IntVar(&o.ports.EtcdClient, "etcd-port", d.EtcdClient, "etcd's client port")
 	fs.IntVar(&o.ports.EtcdPeer, "etcd-peer-port", d.EtcdPeer, "etcd's peer port")
 	fs.IntVar(&o.ports.ControllerManager, "controller-manager-port", d.ControllerManager, "kube-controller-manager's secure port")
-	fs.StringVar(&o.nodeName, "node-name", controlplane.DefaultNodeName, "the Node the node agent runs")
-	fs.DurationVar(&o.nodeTimeout, "node-timeout", time.Minute, "how long to wait for the Node to be Ready")
+	fs.StringVar(&o.nodeName, "node-name", controlplane.DefaultNodeName, "the Node the kubelet registers")
+	fs.DurationVar(&o.nodeTimeout, "node-timeout", 2*time.Minute, "how long to wait for each of the node's components to be ready")
 	fs.StringVar(&o.cache, "cache", "", "cache directory for the Kubernetes binaries (default: <user cache dir>/swell-cluster/bin)")
 }
 
@@ -61,11 +58,19 @@ func cmdUp(ctx context.Context, args []string, log *slog.Logger) error {
 		return fmt.Errorf("cluster %s is already up (state %s); stop it with: swell-cluster down%s", s.Name, state, o.hint())
 	}
 	start := time.Now()
-	bins, err := build.Build(ctx, build.Options{CacheDir: o.cache, SwellBinDir: filepath.Join(state, "bin"), Log: log})
+	wd, err := os.Getwd()
 	if err != nil {
 		return err
 	}
-	c, err := upCluster(ctx, o, state, bins, log)
+	module, err := build.FindModule(wd)
+	if err != nil {
+		return err
+	}
+	bins, images, err := buildAll(ctx, o, module, state, log)
+	if err != nil {
+		return err
+	}
+	c, err := upCluster(ctx, o, state, bins, images, log)
 	if err != nil {
 		return err
 	}
@@ -74,9 +79,11 @@ func cmdUp(ctx context.Context, args []string, log *slog.Logger) error {
   logs:       %s
 The apiserver listens only inside the network namespace %s; use it with
   swell-cluster exec%s -- kubectl get pods -A
+Install Swell, with the images built from this tree, with
+  swell-cluster exec%s -- kubectl apply --server-side -k %s
 Stop it with
   swell-cluster down%s
-`, o.name, since(start), o.nodeName, c.PKI.Admin.Kubeconfig, filepath.Join(state, "logs"), c.Netns, o.hint(), o.hint())
+`, o.name, since(start), o.nodeName, c.PKI.Admin.Kubeconfig, filepath.Join(state, "logs"), c.Netns, o.hint(), o.hint(), deployOverlay(state), o.hint())
 	return nil
 }
 
@@ -89,9 +96,34 @@ func (o *clusterFlags) hint() string {
 	return s
 }
 
-// upCluster starts the control plane and the node agent and waits for the
-// Node to be Ready. On failure it stops everything it started.
-func upCluster(ctx context.Context, o upOptions, state string, bins build.Binaries, log *slog.Logger) (_ *controlplane.Cluster, err error) {
+// buildAll builds the cluster's programs (from the cache when warm) and
+// the images its node runs, from the current sources, and writes the
+// overlay that installs Swell with those images (deployOverlay).
+func buildAll(ctx context.Context, o upOptions, module, state string, log *slog.Logger) (build.Binaries, []nodeimages.Layout, error) {
+	bins, err := build.Build(ctx, build.Options{ModuleDir: module, CacheDir: o.cache, Log: log})
+	if err != nil {
+		return build.Binaries{}, nil, err
+	}
+	main := filepath.Join(module, "..", "..")
+	images, err := nodeimages.Build(ctx, nodeimages.Options{
+		ModuleDir: module, MainDir: main, Dir: filepath.Join(state, "images"), Log: log,
+	})
+	if err != nil {
+		return build.Binaries{}, nil, err
+	}
+	if err := nodeimages.WriteOverlay(deployOverlay(state), filepath.Join(main, "deploy"), images); err != nil {
+		return build.Binaries{}, nil, err
+	}
+	return bins, images, nil
+}
+
+// deployOverlay is the directory of the kustomization that installs
+// Swell's deploy/ with the images the cluster's node was given.
+func deployOverlay(state string) string { return filepath.Join(state, "deploy") }
+
+// upCluster starts the control plane and the node, and returns once the
+// Node is Ready. On failure it stops everything it started.
+func upCluster(ctx context.Context, o upOptions, state string, bins build.Binaries, images []nodeimages.Layout, log *slog.Logger) (_ *controlplane.Cluster, err error) {
 	c, err := controlplane.Start(ctx, controlplane.Config{
 		Name: o.name, StateDir: state, Binaries: bins, NodeName: o.nodeName, Ports: o.ports, Log: log,
 	})
@@ -100,71 +132,24 @@ func upCluster(ctx context.Context, o upOptions, state string, bins build.Binari
 	}
 	defer func() {
 		if err != nil {
-			if stopErr := c.Stop(context.WithoutCancel(ctx)); stopErr != nil {
+			if stopErr := stopCluster(context.WithoutCancel(ctx), state, o.name, log); stopErr != nil {
 				log.Error("cleanup after failed start", "err", stopErr)
 			}
 		}
 	}()
-
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find this program to run the node agent: %w", err)
-	}
-	t0 := time.Now()
-	node, err := c.Run(ctx, "node", nodeArgs(self, o.nodeName, c, state, bins.Images, bins.Unbuilt))
-	if err != nil {
+	if err := node.Start(ctx, node.Config{
+		Cluster: c, Binaries: bins, Images: images, NodeName: o.nodeName, ReadyTimeout: o.nodeTimeout, Log: log,
+	}); err != nil {
 		return nil, err
 	}
-	cfg, err := c.RESTConfig(c.PKI.Admin.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	admin, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	waitCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-c.Exited(node):
-			cancel(fmt.Errorf("node agent exited (log: %s)", node.Log))
-		case <-waitCtx.Done():
-		}
-	}()
-	if err := controlplane.WaitNodeReady(waitCtx, admin, o.nodeName, o.nodeTimeout); err != nil {
-		if cause := context.Cause(waitCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return nil, cause
-		}
-		return nil, fmt.Errorf("%w (node agent log: %s)", err, node.Log)
-	}
-	rss, _ := node.RSS()
-	log.Info("ready", "process", "node", "pid", node.PID, "took", since(t0), "rssMB", rss>>20)
 	return c, nil
 }
 
-// nodeArgs is the command line of the node agent.
-func nodeArgs(self, nodeName string, c *controlplane.Cluster, state string, images, unbuilt map[string]string) []string {
-	args := []string{
-		self, "node",
-		"--kubeconfig", c.PKI.Node.Kubeconfig,
-		"--scheduler-kubeconfig", c.PKI.Scheduler.Kubeconfig,
-		"--node-name", nodeName,
-		"--cluster-netns", c.Netns,
-		"--bridge", netns.Bridge,
-		"--pod-cidr", netns.PodCIDR,
-		"--gateway", netns.Gateway,
-		"--state", filepath.Join(state, "node"),
-	}
-	for _, t := range []struct {
-		flag string
-		m    map[string]string
-	}{{"--image", images}, {"--unbuilt-image", unbuilt}} {
-		for _, name := range slices.Sorted(maps.Keys(t.m)) {
-			args = append(args, t.flag, name+"="+t.m[name])
-		}
-	}
-	return args
+// stopCluster stops the cluster name recorded in state: its node first,
+// whose pods and host changes are undone while containerd still runs, then
+// the control plane.
+func stopCluster(ctx context.Context, state, name string, log *slog.Logger) error {
+	return errors.Join(node.Stop(ctx, state, name, log), controlplane.Stop(ctx, state, log))
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }

@@ -71,8 +71,10 @@ func TestFixedRateSendsExactlyRateTimesDuration(t *testing.T) {
 		t.Errorf("result: %d requests, %d planned, %d ok, codes %v; want 100 each", res.Requests, res.Planned, res.Successes, res.StatusCodes)
 	}
 	// The 100th request is due at 500ms and cannot leave earlier, so the
-	// achieved rate cannot exceed the target.
-	if res.Duration < 500*ms || res.Rate > 200 || res.Rate < 100 {
+	// achieved rate cannot exceed the target. How close to it the rate
+	// comes depends on the machine's load: that is the bench harness's to
+	// measure, not this test's.
+	if res.Duration < 500*ms || res.Rate > 200 {
 		t.Errorf("duration %s, rate %g/s: want at least 500ms and at most 200/s", res.Duration, res.Rate)
 	}
 	if res.TargetRate != 200 || res.Mode != ModeRate {

@@ -155,8 +155,12 @@ func (e *env) eventuallyWithin(what string, timeout time.Duration, cond func(ctx
 	start := time.Now()
 	var last error
 	err := wait.PollUntilContextTimeout(e.t.Context(), pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		last = cond(ctx)
-		return last == nil, nil
+		err := cond(ctx)
+		if ctx.Err() == nil || last == nil {
+			// A poll cut short by the timeout says nothing new.
+			last = err
+		}
+		return err == nil, nil
 	})
 	if err != nil {
 		e.t.Fatalf("%s: not within %s\nlast seen: %v\n%s", what, timeout, last, e.describe())
@@ -168,15 +172,22 @@ func (e *env) eventuallyWithin(what string, timeout time.Duration, cond func(ctx
 // error, showing the namespace's pods and events.
 func (e *env) consistently(what string, d time.Duration, cond func(ctx context.Context) error) {
 	e.t.Helper()
+	// The window is kept apart from the context cond gets: a poll's
+	// context that expired with the window would fail a request in flight
+	// and read as the condition breaking.
+	end := time.Now().Add(d)
 	var broken error
-	err := wait.PollUntilContextTimeout(e.t.Context(), pollInterval, d, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextCancel(e.t.Context(), pollInterval, true, func(ctx context.Context) (bool, error) {
+		if !time.Now().Before(end) {
+			return true, nil
+		}
 		broken = cond(ctx)
 		return broken != nil, nil
 	})
-	if err == nil {
+	if broken != nil {
 		e.t.Fatalf("%s: broken: %v\n%s", what, broken, e.describe())
 	}
-	if e.t.Context().Err() != nil {
+	if err != nil {
 		e.t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -192,6 +192,13 @@ type svc struct {
 	pods   []string // replaced, never changed in place: a round reads it
 	m      serviceMetrics
 
+	// loadMu guards what the executor's workers read before a scale-down
+	// (leastBusy): the ready pods (the loop's pods) and each one's latest
+	// scraped concurrency, which the loop writes.
+	loadMu   sync.Mutex
+	loadPods []string
+	loads    map[string]float64
+
 	// mu guards what Status shows; the loop writes it, readers copy it.
 	mu      sync.Mutex
 	spec    autoscaling.Spec
@@ -291,6 +298,7 @@ func New(cfg Config) (*Autoscaler, error) {
 
 	so := cfg.Scaler
 	so.Backend = cfg.Backend
+	so.LeastBusy = a.leastBusy
 	so.Clock = clk
 	so.Logger = log
 	if a.exec, err = scaler.New(so); err != nil {
@@ -489,6 +497,7 @@ func (a *Autoscaler) apply() {
 				s.mu.Lock()
 				s.npods = len(c.pods)
 				s.mu.Unlock()
+				s.setLoadPods(c.pods)
 			}
 		case changeRemove:
 			a.remove(c.key)
@@ -601,7 +610,60 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		// What Status shows of it is copied at the next decision, under the
 		// lock the decision takes anyway.
 		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS})
+		if len(sm.Pods) > 0 {
+			s.recordLoads(sm.Pods)
+		}
 	}
+}
+
+// setLoadPods makes pods the service's ready pods for leastBusy, keeping
+// what is known of those that stay.
+func (s *svc) setLoadPods(pods []string) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	s.loadPods = pods
+	if len(s.loads) == 0 {
+		return
+	}
+	kept := make(map[string]float64, len(pods))
+	for _, p := range pods {
+		if l, ok := s.loads[p]; ok {
+			kept[p] = l
+		}
+	}
+	s.loads = kept
+}
+
+// recordLoads keeps the latest load of every pod that answered a round. A
+// pod that did not answer, or was not in the round's sample, keeps what
+// was known of it.
+func (s *svc) recordLoads(pods []collector.PodLoad) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if s.loads == nil {
+		s.loads = make(map[string]float64, len(s.loadPods))
+	}
+	for _, p := range pods {
+		s.loads[p.Addr] = p.Concurrency
+	}
+}
+
+// leastBusy is the executor's Config.LeastBusy: up to n of the service's
+// ready pods, the least busy first, by the latest load scraped from each
+// (see scaler.LeastBusy).
+func (a *Autoscaler) leastBusy(key service.Key, n int) []string {
+	s := a.lookup(key)
+	if s == nil || n <= 0 {
+		return nil
+	}
+	s.loadMu.Lock()
+	pods := make([]scaler.PodLoad, len(s.loadPods))
+	for i, p := range s.loadPods {
+		l, known := s.loads[p]
+		pods[i] = scaler.PodLoad{Addr: p, Concurrency: l, Known: known}
+	}
+	s.loadMu.Unlock()
+	return scaler.LeastBusy(pods, n)
 }
 
 // tickAll decides for every service and returns the decisions, to be

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -575,5 +576,45 @@ func TestSetTickIntervalTakesEffectAtOnce(t *testing.T) {
 	seen := map[service.Key]bool{}
 	for len(seen) < 2 {
 		seen[recv(t, statuses, "a tick's status reads")] = true
+	}
+}
+
+// TestLeastBusyByEachPodsScrapedLoad: the executor's choice of the pods to
+// go first at a scale-down is the loop's latest scraped load of each ready
+// pod, the idlest first; a pod not scraped yet counts as idle, a pod gone
+// is never named.
+func TestLeastBusyByEachPodsScrapedLoad(t *testing.T) {
+	h := newHarness(t)
+	k := key("hello")
+	h.be.Set(k, plan.Status{Desired: 3, Ready: 3, Route: plan.RoutePods})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	var addrs []string
+	for _, c := range []float64{5, 0, 2} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rep := stats.Report{End: time.Now(), Period: time.Second, Uptime: time.Minute, Concurrency: c, ProxiedConcurrency: c / 2}
+			w.Header().Set("Content-Type", stats.ContentType)
+			w.Write(rep.AppendBinary(nil))
+		}))
+		t.Cleanup(srv.Close)
+		addrs = append(addrs, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	h.a.SetPods(k, addrs)
+	h.step()
+
+	if got, want := h.a.leastBusy(k, 2), []string{addrs[1], addrs[2]}; !slices.Equal(got, want) {
+		t.Fatalf("least busy 2 of loads 5, 0, 2: %q, want %q", got, want)
+	}
+	if got := h.a.leastBusy(k, 9); !slices.Equal(got, []string{addrs[1], addrs[2], addrs[0]}) {
+		t.Fatalf("least busy of all: %q", got)
+	}
+	// The idle pod goes, a new one comes: it is not scraped yet, and
+	// counts as idle; the gone one is never named.
+	h.a.SetPods(k, []string{addrs[0], addrs[2], "192.0.2.1:9090"})
+	h.a.apply()
+	if got, want := h.a.leastBusy(k, 2), []string{"192.0.2.1:9090", addrs[2]}; !slices.Equal(got, want) {
+		t.Fatalf("least busy 2 after the pods changed: %q, want %q", got, want)
+	}
+	if got := h.a.leastBusy(key("unknown"), 1); got != nil {
+		t.Fatalf("least busy of an unknown service: %q", got)
 	}
 }

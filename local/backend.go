@@ -59,6 +59,9 @@ type localService struct {
 	route    plan.Route
 	next     int // index of the next replica started
 	closed   bool
+	// first are the metrics addresses of the replicas to stop first at
+	// the next scale-down (PreferRemoval), the least busy first.
+	first []string
 
 	// crashes are the crashes and restarts of each replica already
 	// reported as events.
@@ -169,9 +172,26 @@ func (b *backend) SetRoute(_ context.Context, key service.Key, r plan.Route) err
 	return nil
 }
 
+var _ scaler.Trimmer = (*backend)(nil)
+
+// PreferRemoval implements scaler.Trimmer: the replicas at those metrics
+// addresses are the first ready ones stopped at the next scale-down, as a
+// ReplicaSet removes the pods of lowest deletion cost first.
+func (b *backend) PreferRemoval(_ context.Context, key service.Key, addrs []string) error {
+	s, err := b.lookup(key)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.first = slices.Clone(addrs)
+	s.mu.Unlock()
+	return nil
+}
+
 // reconcile starts or stops replicas so that the service runs as many as
-// desired. Stopping prefers replicas not ready yet, then the newest: the
-// oldest ready ones have warm connections and caches.
+// desired. Stopping prefers replicas not ready yet, then those
+// PreferRemoval named (the least busy), then the newest: the oldest ready
+// ones have warm connections and caches.
 func (b *backend) reconcile(s *localService) error {
 	s.mu.Lock()
 	if s.closed {
@@ -180,15 +200,12 @@ func (b *backend) reconcile(s *localService) error {
 	}
 	var victims []*replica.Replica
 	for len(s.replicas) > s.desired {
-		i := len(s.replicas) - 1
-		for j := len(s.replicas) - 1; j >= 0; j-- {
-			if !s.replicas[j].Ready() {
-				i = j
-				break
-			}
-		}
+		i := victim(s.replicas, s.first)
 		victims = append(victims, s.replicas[i])
 		s.replicas = slices.Delete(s.replicas, i, i+1)
+	}
+	if len(victims) > 0 {
+		s.first = nil // a choice holds for one scale-down
 	}
 	var startErr error
 	for len(s.replicas) < s.desired {
@@ -208,6 +225,29 @@ func (b *backend) reconcile(s *localService) error {
 	b.changed(s)
 	b.stop(b.ctx, victims)
 	return startErr
+}
+
+// stoppable is what victim reads of a replica.
+type stoppable interface {
+	Ready() bool
+	MetricsAddr() string
+}
+
+// victim is the index in replicas (oldest first) of the one to stop
+// next: the newest not ready yet, else the first of first still running,
+// else the newest.
+func victim[R stoppable](replicas []R, first []string) int {
+	for j := len(replicas) - 1; j >= 0; j-- {
+		if !replicas[j].Ready() {
+			return j
+		}
+	}
+	for _, addr := range first {
+		if j := slices.IndexFunc(replicas, func(r R) bool { return r.MetricsAddr() == addr }); j >= 0 {
+			return j
+		}
+	}
+	return len(replicas) - 1
 }
 
 // stop stops replicas in the background, gracefully unless ctx ends.

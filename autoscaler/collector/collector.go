@@ -10,6 +10,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,6 +76,19 @@ type Sample struct {
 	// ActivatorPending is the number of the service's requests in flight or
 	// queued at the activators (see Activators.Pending).
 	ActivatorPending int
+	// Pods are the figures of each pod that answered this round, the
+	// collector's until the next Round like the Sample itself.
+	Pods []PodLoad
+}
+
+// PodLoad is one pod's load over the second, as its queue-proxy reported
+// it.
+type PodLoad struct {
+	// Addr is the pod's address as the Target listed it.
+	Addr string
+	// Concurrency is the requests it had in flight on average, its own
+	// and those an activator sent it.
+	Concurrency float64
 }
 
 // Target is one service to collect for in a round.
@@ -143,6 +157,7 @@ type Collector struct {
 	names   []string
 	jobs    []job
 	loads   []ActivatorLoad
+	podLoad []PodLoad
 	samples []Sample
 }
 
@@ -335,6 +350,9 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySiz
 func (c *Collector) combine(sec time.Time) {
 	c.samples = c.samples[:0]
 	c.loads = c.loads[:0]
+	// Every answer's figures, laid out up front so that the samples'
+	// slices of it never move.
+	c.podLoad = slices.Grow(c.podLoad[:0], len(c.jobs))
 	for range c.names {
 		c.loads = append(c.loads, ActivatorLoad{})
 	}
@@ -355,8 +373,10 @@ func (c *Collector) combine(sec time.Time) {
 		}
 		s.ReadyPods, s.Sampled = st.ready, st.n
 		var conc, rps, pconc, prps float64
+		pods := len(c.podLoad)
 		for _, j := range c.jobs[st.first : st.first+st.n] {
 			if j.ok {
+				c.podLoad = append(c.podLoad, PodLoad{Addr: j.addr, Concurrency: j.concurrency + j.proxiedConcurrency})
 				s.Scraped++
 				conc += j.concurrency
 				rps += j.rps
@@ -364,6 +384,7 @@ func (c *Collector) combine(sec time.Time) {
 				prps += j.proxiedRPS
 			}
 		}
+		s.Pods = c.podLoad[pods:len(c.podLoad):len(c.podLoad)]
 		if s.ReadyPods > 0 {
 			if s.Scraped == 0 {
 				// Every sampled pod failed: the pods' load is unknown, and

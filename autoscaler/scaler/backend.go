@@ -38,3 +38,18 @@ type Backend interface {
 	// Status.Route.
 	SetRoute(ctx context.Context, svc service.Key, route plan.Route) error
 }
+
+// Trimmer is a Backend that can be told which pods should go first when a
+// service scales down: on Kubernetes the pods' deletion cost, which the
+// ReplicaSet reads when it picks the pods to delete; in swell local the
+// backend's own choice. The ReplicaSet alone picks among ready pods by age
+// and spreading, blind to load, and may stop a busy pod while an idle one
+// stays.
+type Trimmer interface {
+	// PreferRemoval marks pods (by the addresses the loop scrapes them at,
+	// Config.LeastBusy's answer) as the first to go at svc's next
+	// scale-down. The executor calls it just before every scale-down that
+	// leaves pods running; an error is logged and the scale-down goes
+	// ahead, chosen by the backend alone.
+	PreferRemoval(ctx context.Context, svc service.Key, pods []string) error
+}

@@ -45,6 +45,11 @@ type Config struct {
 	// Logger receives every event (info; errors at warn) and, at debug,
 	// why a change waits. Default: no logging.
 	Logger *zap.Logger
+	// LeastBusy, if set, names up to n of svc's pods that are the least
+	// busy, the idlest first. Before a scale-down from n+k pods to k > 0
+	// the executor gives them to a Backend that is a Trimmer. It is called
+	// from the worker goroutines.
+	LeastBusy func(svc service.Key, n int) []string
 	// OnEvent, if set, is called with every event, from the worker
 	// goroutines (possibly several at once). It must return quickly.
 	OnEvent func(Event)
@@ -329,6 +334,9 @@ func (e *Executor) reconcile(t *Target, d decider.Decision, actions []plan.Actio
 			}
 			ev.Kind, ev.FromRoute, ev.ToRoute = EventRoute, a.FromRoute, a.ToRoute
 		case plan.SetScale:
+			if a.To > 0 && a.To < a.From {
+				e.preferRemoval(wc.get(), t.key, a.From-a.To)
+			}
 			if err := e.backend.SetScale(wc.get(), t.key, a.To); err != nil {
 				return 0, fmt.Errorf("set scale to %d: %w", a.To, err)
 			}
@@ -340,6 +348,23 @@ func (e *Executor) reconcile(t *Target, d decider.Decision, actions []plan.Actio
 		e.emit(ev)
 	}
 	return step.After, nil
+}
+
+// preferRemoval tells a Trimmer backend which n pods of key should go
+// first. A failure costs only the choice: the backend then picks alone.
+func (e *Executor) preferRemoval(ctx context.Context, key service.Key, n int) {
+	tr, ok := e.backend.(Trimmer)
+	if !ok || e.opts.LeastBusy == nil {
+		return
+	}
+	pods := e.opts.LeastBusy(key, n)
+	if len(pods) == 0 {
+		return
+	}
+	if err := tr.PreferRemoval(ctx, key, pods); err != nil {
+		e.log.Warn("could not mark the least busy pods to go first; the scale-down goes ahead without",
+			zap.Stringer("service", key), zap.Strings("pods", pods), zap.Error(err))
+	}
 }
 
 func (e *Executor) setObserved(t *Target, n int) {

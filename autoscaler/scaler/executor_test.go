@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -744,6 +745,77 @@ func TestEventString(t *testing.T) {
 	} {
 		if got := tc.ev.String(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestScaleDownMarksTheLeastBusyFirst: before a scale-down that leaves
+// pods running, a Trimmer backend is told the least busy pods, as many as
+// go; a scale up, and a scale to zero (every pod goes), tell it nothing; a
+// failure to mark costs only the choice.
+func TestScaleDownMarksTheLeastBusyFirst(t *testing.T) {
+	var asked []int
+	h := newHarness(t, Config{
+		Rules: plan.Rules{DownHold: -1},
+		LeastBusy: func(svc service.Key, n int) []string {
+			asked = append(asked, n)
+			return LeastBusy([]PodLoad{
+				{Addr: "10.0.0.1:9090", Concurrency: 3, Known: true},
+				{Addr: "10.0.0.2:9090", Concurrency: 0.2, Known: true},
+				{Addr: "10.0.0.3:9090", Concurrency: 1, Known: true},
+				{Addr: "10.0.0.4:9090", Concurrency: 0, Known: true},
+			}, n)
+		},
+	})
+	h.b.Set(hello, plan.Status{Desired: 4, Ready: 4, Route: plan.RoutePods})
+
+	h.update(hello, scale(2, "down"))
+	h.writes("prefer-removal default/hello [10.0.0.4:9090 10.0.0.2:9090]", "scale default/hello 2")
+
+	h.b.ResetCalls()
+	h.update(hello, scale(3, "up"))
+	h.writes("scale default/hello 3")
+
+	h.b.ResetCalls()
+	h.b.SetHook(func(_ context.Context, c scalertest.Call) error {
+		if c.Op == scalertest.OpPreferRemoval {
+			return errors.New("forbidden")
+		}
+		return nil
+	})
+	h.update(hello, scale(1, "down"))
+	h.writes("scale default/hello 1")
+	h.b.SetHook(nil)
+
+	h.b.ResetCalls()
+	h.b.Set(hello, plan.Status{Desired: 1, Ready: 1, Route: plan.RouteActivator})
+	h.update(hello, decider.Decision{Scale: 0, NeedActivator: true, Reason: "idle"})
+	h.writes("scale default/hello 0")
+
+	if want := []int{2, 2}; !reflect.DeepEqual(asked, want) {
+		t.Errorf("LeastBusy asked for %v pods, want %v", asked, want)
+	}
+}
+
+func TestLeastBusy(t *testing.T) {
+	pods := []PodLoad{
+		{Addr: "b", Concurrency: 0, Known: true},
+		{Addr: "c", Concurrency: 2, Known: true},
+		{Addr: "new", Known: false},
+		{Addr: "a", Concurrency: 0, Known: true},
+		{Addr: "d", Concurrency: 0.5, Known: true},
+	}
+	for _, tc := range []struct {
+		n    int
+		want []string
+	}{
+		{0, nil},
+		{1, []string{"new"}},
+		{3, []string{"new", "a", "b"}},
+		{9, []string{"new", "a", "b", "d", "c"}},
+	} {
+		if got := LeastBusy(slices.Clone(pods), tc.n); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("LeastBusy(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
 }

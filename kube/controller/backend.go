@@ -2,19 +2,26 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"strconv"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
@@ -22,7 +29,10 @@ import (
 	"github.com/swell-run/swell/pkg/service"
 )
 
-var _ scaler.Backend = (*Backend)(nil)
+var (
+	_ scaler.Backend = (*Backend)(nil)
+	_ scaler.Trimmer = (*Backend)(nil)
+)
 
 // Backend is the autoscaling loop's scaler.Backend on Kubernetes: it reads
 // a Deployment's state from the informers' caches, scales it through the
@@ -36,12 +46,13 @@ type Backend struct {
 	deployments appslisters.DeploymentLister
 	router      Router
 	recorder    record.EventRecorder
+	clock       clock.PassiveClock
 
 	mu        sync.Mutex
 	listeners []func(service.Key)
 }
 
-// BackendConfig configures a Backend; every field is required.
+// BackendConfig configures a Backend; every field but Clock is required.
 type BackendConfig struct {
 	Client kubernetes.Interface
 	// Informers watches every namespace; NewBackend registers its
@@ -50,6 +61,8 @@ type BackendConfig struct {
 	Router    Router
 	// Recorder records the Events on Deployments.
 	Recorder record.EventRecorder
+	// Clock dates the pods' deletion costs (default the real clock).
+	Clock clock.PassiveClock
 }
 
 // NewBackend returns a Backend and registers its informer.
@@ -64,11 +77,15 @@ func NewBackend(cfg BackendConfig) (*Backend, error) {
 	case cfg.Recorder == nil:
 		return nil, errors.New("kubernetes backend: BackendConfig.Recorder is required")
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Backend{
 		client:      cfg.Client,
 		deployments: cfg.Informers.Apps().V1().Deployments().Lister(),
 		router:      cfg.Router,
 		recorder:    cfg.Recorder,
+		clock:       cfg.Clock,
 	}, nil
 }
 
@@ -162,4 +179,57 @@ func (c *Backend) SetScale(ctx context.Context, key service.Key, n int) error {
 // SetRoute implements scaler.Backend: the Router switches the route.
 func (c *Backend) SetRoute(ctx context.Context, key service.Key, r plan.Route) error {
 	return c.router.SetRoute(ctx, key, r)
+}
+
+// costEpoch is where deletion costs count down from (deletionCost).
+var costEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// deletionCost is the pod-deletion-cost PreferRemoval writes at now: minus
+// the seconds since costEpoch, so that the latest choice is always the
+// lowest cost. A pod marked for a scale-down that never came (a scale-up
+// overtook it) keeps its older, higher cost, and the next choice goes
+// before it; no mark ever needs clearing. Unmarked pods cost 0 and go
+// last. It stays negative and in int32 for 68 years.
+func deletionCost(now time.Time) int32 {
+	s := int64(now.Sub(costEpoch) / time.Second)
+	return int32(-min(max(s, 1), math.MaxInt32))
+}
+
+// PreferRemoval implements scaler.Trimmer: it gives the pods at addrs
+// (the loop's "ip:port") the lowest pod-deletion-cost, which the
+// ReplicaSet removes first when the scale-down that follows reaches it.
+// A Deployment whose pod template sets the annotation itself keeps its
+// own costs: Swell writes nothing then. A pod gone meanwhile is skipped.
+func (c *Backend) PreferRemoval(ctx context.Context, key service.Key, addrs []string) error {
+	d, err := c.deployment(key)
+	if err != nil {
+		return fmt.Errorf("prefer removal: %w", err)
+	}
+	if _, own := d.Spec.Template.Annotations[corev1.PodDeletionCost]; own {
+		return nil
+	}
+	names := c.router.ReadyPodNames(key)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		corev1.PodDeletionCost: strconv.Itoa(int(deletionCost(c.clock.Now()))),
+	}}})
+	if err != nil {
+		return err
+	}
+	pods := c.client.CoreV1().Pods(key.Namespace)
+	var errs []error
+	for _, a := range addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		name, ok := names[host]
+		if !ok {
+			continue
+		}
+		_, err = pods.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("pod %s/%s: %w", key.Namespace, name, err))
+		}
+	}
+	return errors.Join(errs...)
 }

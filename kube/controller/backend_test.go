@@ -2,11 +2,17 @@ package controller
 
 import (
 	"errors"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktesting "k8s.io/client-go/testing"
 
@@ -159,5 +165,91 @@ func TestStatusFromListers(t *testing.T) {
 	}
 	if _, req := h.router.Route(key); req != plan.RoutePods {
 		t.Errorf("requested route %v after SetRoute(pods)", req)
+	}
+}
+
+func pod(name string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Annotations: annotations}}
+}
+
+func costOf(t *testing.T, h *harness, name string) (string, bool) {
+	t.Helper()
+	p, err := h.cs.CoreV1().Pods(testNS).Get(h.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := p.Annotations[corev1.PodDeletionCost]
+	return c, ok
+}
+
+// TestPreferRemovalLowersTheChosenPodsCost: the pods the loop names get a
+// negative pod-deletion-cost, the later choice the lower, so that a pod
+// marked before (for a scale-down a scale-up overtook) goes after the new
+// choice; other annotations stay; a pod gone is skipped; a Deployment whose
+// template sets the cost itself is left alone.
+func TestPreferRemovalLowersTheChosenPodsCost(t *testing.T) {
+	h := newHarness(t,
+		pod("pod-1", map[string]string{"team": "a"}), pod("pod-2", nil), pod("pod-3", nil))
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.create(deployment("hello", nil))
+	h.router.setPods(key, "10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4")
+
+	if err := h.b.PreferRemoval(h.ctx, key, []string{"10.0.0.1:9090", "10.0.0.4:9090"}); err != nil {
+		t.Fatal(err)
+	}
+	first, ok := costOf(t, h, "pod-1")
+	if !ok || !strings.HasPrefix(first, "-") {
+		t.Fatalf("pod-1's cost %q (%v), want a negative one", first, ok)
+	}
+	if p, _ := h.cs.CoreV1().Pods(testNS).Get(h.ctx, "pod-1", metav1.GetOptions{}); p.Annotations["team"] != "a" {
+		t.Errorf("pod-1's other annotations: %v", p.Annotations)
+	}
+	for _, name := range []string{"pod-2", "pod-3"} {
+		if c, ok := costOf(t, h, name); ok {
+			t.Errorf("%s not chosen, but its cost is %q", name, c)
+		}
+	}
+
+	h.clock.Step(time.Minute)
+	if err := h.b.PreferRemoval(h.ctx, key, []string{"10.0.0.2:9090"}); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := costOf(t, h, "pod-2")
+	a, _ := strconv.Atoi(first)
+	b, _ := strconv.Atoi(second)
+	if b >= a {
+		t.Errorf("the later choice costs %d, the earlier %d: want the later lower", b, a)
+	}
+
+	own := deployment("own", nil)
+	own.Spec.Template.Annotations = map[string]string{corev1.PodDeletionCost: "5"}
+	h.create(own)
+	ownKey := service.Key{Namespace: testNS, Name: "own"}
+	h.router.setPods(ownKey, "10.0.0.3")
+	h.cs.ClearActions()
+	if err := h.b.PreferRemoval(h.ctx, ownKey, []string{"10.0.0.3:9090"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range h.cs.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Errorf("a Deployment with its own deletion costs had a pod patched: %v", a)
+		}
+	}
+}
+
+func TestDeletionCostCountsDown(t *testing.T) {
+	for _, tc := range []struct {
+		at   time.Time
+		want int32
+	}{
+		{costEpoch.Add(-time.Hour), -1},
+		{costEpoch, -1},
+		{costEpoch.Add(90 * time.Second), -90},
+		{costEpoch.Add(100 * 365 * 24 * time.Hour), -math.MaxInt32},
+	} {
+		if got := deletionCost(tc.at); got != tc.want {
+			t.Errorf("deletionCost(%v) = %d, want %d", tc.at, got, tc.want)
+		}
 	}
 }

@@ -48,6 +48,8 @@ type Router interface {
 	SetRoute(ctx context.Context, key service.Key, route plan.Route) error
 	// ReadyPods returns the IPs of key's ready pods, sorted.
 	ReadyPods(key service.Key) []string
+	// ReadyPodNames returns the names of key's ready pods by IP.
+	ReadyPodNames(key service.Key) map[string]string
 	// OnChange installs f, called with a Deployment's key when its ready
 	// pods or the route in effect changed.
 	OnChange(f func(service.Key))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,17 @@ func (r *fakeRouter) ReadyPods(key service.Key) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.pods[key])
+}
+
+// ReadyPodNames names each ready pod "pod-" and its IP's last octet.
+func (r *fakeRouter) ReadyPodNames(key service.Key) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	names := map[string]string{}
+	for _, ip := range r.pods[key] {
+		names[ip] = "pod-" + ip[strings.LastIndexByte(ip, '.')+1:]
+	}
+	return names
 }
 
 func (r *fakeRouter) OnChange(f func(service.Key)) {
@@ -241,7 +253,7 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewBackend(BackendConfig{Client: cs, Informers: factory, Router: h.router, Recorder: h.rec})
+	b, err := NewBackend(BackendConfig{Client: cs, Informers: factory, Router: h.router, Recorder: h.rec, Clock: h.clock})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -315,6 +315,20 @@ func (r *Router) ReadyPods(key service.Key) []string {
 	return ips
 }
 
+// ReadyPodNames returns the names of D's ready pods by their IPv4
+// addresses, as the EndpointSlices of its pods-Service reference them; a
+// ready address that references no pod is left out.
+func (r *Router) ReadyPodNames(key service.Key) map[string]string {
+	eps, _ := r.podEndpoints(key)
+	names := make(map[string]string, len(eps))
+	for _, e := range eps {
+		if ref := e.targetRef; ref != nil && ref.Kind == "Pod" && ref.Name != "" && (ref.Namespace == "" || ref.Namespace == key.Namespace) {
+			names[e.ip.String()] = ref.Name
+		}
+	}
+	return names
+}
+
 // OnChange registers f, called with D's key whenever D's ready pods or
 // route in effect change. It is called from informer goroutines and must
 // not block.

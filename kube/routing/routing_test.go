@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -916,6 +917,11 @@ func TestReadyPods(t *testing.T) {
 	h := newHarness(t, twoPods(), other, v6)
 	equal(t, "ready pods", h.r.ReadyPods(web), []string{"10.0.0.9", "10.0.0.10", "10.0.0.100"})
 	equal(t, "none", h.r.ReadyPods(service.Key{Namespace: ns, Name: "nope"}), []string{})
+	// Only the ready pods that a slice references by name: the slice
+	// first by name lists 10.0.0.9 and 10.0.0.100 with no reference.
+	if got, want := h.r.ReadyPodNames(web), map[string]string{"10.0.0.10": "web-b"}; !maps.Equal(got, want) {
+		t.Errorf("ready pod names %v, want %v", got, want)
+	}
 }
 
 func TestSetRouteRejectsUnknown(t *testing.T) {

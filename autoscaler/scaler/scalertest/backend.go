@@ -21,9 +21,10 @@ const (
 	OpStatus Op = iota + 1
 	OpSetScale
 	OpSetRoute
+	OpPreferRemoval
 )
 
-// String returns "status", "scale" or "route".
+// String returns "status", "scale", "route" or "prefer-removal".
 func (o Op) String() string {
 	switch o {
 	case OpStatus:
@@ -32,6 +33,8 @@ func (o Op) String() string {
 		return "scale"
 	case OpSetRoute:
 		return "route"
+	case OpPreferRemoval:
+		return "prefer-removal"
 	}
 	return fmt.Sprintf("Op(%d)", uint8(o))
 }
@@ -40,9 +43,11 @@ func (o Op) String() string {
 type Call struct {
 	Op      Op
 	Service service.Key
-	// Replicas is SetScale's argument; Route is SetRoute's.
+	// Replicas is SetScale's argument; Route is SetRoute's; Pods is
+	// PreferRemoval's.
 	Replicas int
 	Route    plan.Route
+	Pods     []string
 	// Err is what the call returned.
 	Err error
 }
@@ -56,6 +61,8 @@ func (c Call) String() string {
 		s += fmt.Sprintf(" %d", c.Replicas)
 	case OpSetRoute:
 		s += " " + c.Route.String()
+	case OpPreferRemoval:
+		s += fmt.Sprintf(" %v", c.Pods)
 	}
 	if c.Err != nil {
 		s += ": " + c.Err.Error()
@@ -90,7 +97,10 @@ func NewBackend() *Backend {
 	return &Backend{services: make(map[service.Key]*fakeService)}
 }
 
-var _ scaler.Backend = (*Backend)(nil)
+var (
+	_ scaler.Backend = (*Backend)(nil)
+	_ scaler.Trimmer = (*Backend)(nil)
+)
 
 // Status implements scaler.Backend.
 func (f *Backend) Status(ctx context.Context, svc service.Key) (plan.Status, error) {
@@ -118,6 +128,12 @@ func (f *Backend) SetRoute(ctx context.Context, svc service.Key, route plan.Rout
 			s.status.Route = route
 		}
 	})
+}
+
+// PreferRemoval implements scaler.Trimmer: it records the pods, which
+// change nothing of the status.
+func (f *Backend) PreferRemoval(ctx context.Context, svc service.Key, pods []string) error {
+	return f.call(ctx, Call{Op: OpPreferRemoval, Service: svc, Pods: pods}, func(*fakeService) {})
 }
 
 // call runs one backend call: the hook first, then do on the service under
@@ -254,7 +270,8 @@ func (f *Backend) Calls() []Call {
 	return append([]Call(nil), f.calls...)
 }
 
-// Writes returns the successful SetScale and SetRoute calls, in order.
+// Writes returns the successful SetScale, SetRoute and PreferRemoval
+// calls, in order.
 func (f *Backend) Writes() []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()

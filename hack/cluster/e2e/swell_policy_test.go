@@ -31,6 +31,7 @@ const autoscalerUser = "system:serviceaccount:" + swellNamespace + ":autoscaler"
 // The policies of deploy/policy.yaml.
 const (
 	policyDeployments = "swell-autoscaler-deployments"
+	policyPods        = "swell-autoscaler-pods"
 	policyScale       = "swell-autoscaler-scale"
 	policyServices    = "swell-autoscaler-services"
 	policyEndpoints   = "swell-autoscaler-endpoints"
@@ -217,6 +218,59 @@ func TestSwellAutoscalerDeploymentWrites(t *testing.T) {
 	}
 	if _, ok := d.Spec.Template.Annotations["e2e.swell.run/rollout"]; ok || ptrOr(d.Spec.Replicas, 1) != 0 {
 		t.Errorf("Deployment plain was changed: template annotations %v, replicas %d", d.Spec.Template.Annotations, ptrOr(d.Spec.Replicas, 1))
+	}
+}
+
+// TestSwellAutoscalerPodWrites: as the autoscaler, a pod of an opted-in
+// Deployment takes a pod-deletion-cost and nothing else; a pod of another
+// Deployment takes nothing.
+func TestSwellAutoscalerPodWrites(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	for _, d := range []*appsv1.Deployment{helloDeployment("plain", 1), swellHello("opted", int32p(1), nil)} {
+		if _, err := e.cs.AppsV1().Deployments(e.ns).Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create Deployment %s: %v", d.Name, err)
+		}
+	}
+	podOf := map[string]string{}
+	for _, name := range []string{"plain", "opted"} {
+		e.eventually("a pod of "+name, func(ctx context.Context) error {
+			pods, err := e.pods(ctx, name)
+			if err != nil || len(pods) == 0 {
+				return fmt.Errorf("%d pods, %v", len(pods), err)
+			}
+			podOf[name] = pods[0].Name
+			return nil
+		})
+	}
+
+	pods := e.asAutoscaler().CoreV1().Pods(e.ns)
+	patch := func(deployment string, p map[string]any) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := pods.Patch(ctx, podOf[deployment], types.MergePatchType, mergePatch(p), metav1.PatchOptions{})
+			return err
+		}
+	}
+	annotate := func(key, value string) map[string]any {
+		return map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}}
+	}
+	const cost = "controller.kubernetes.io/pod-deletion-cost"
+	optOut := map[string]any{"metadata": map[string]any{"labels": map[string]any{labelEnabled: nil}}}
+	label := map[string]any{"metadata": map[string]any{"labels": map[string]string{"e2e.swell.run/other": "x"}}}
+	e.try([]attempt{
+		{"set the deletion cost of a pod of Deployment plain, which has not opted in", policyPods, patch("plain", annotate(cost, "-5"))},
+		{"set another annotation of a pod of opted-in Deployment opted", policyPods, patch("opted", annotate("e2e.swell.run/other", "x"))},
+		{"set a label of a pod of opted-in Deployment opted", policyPods, patch("opted", label)},
+		{"remove the label swell.run/enabled of a pod of opted-in Deployment opted", policyPods, patch("opted", optOut)},
+		{"set the deletion cost of a pod of opted-in Deployment opted", "", patch("opted", annotate(cost, "-5"))},
+	})
+
+	p, err := e.cs.CoreV1().Pods(e.ns).Get(t.Context(), podOf["plain"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Annotations[cost]; ok {
+		t.Errorf("pod %s of Deployment plain was given a deletion cost: %v", p.Name, p.Annotations)
 	}
 }
 

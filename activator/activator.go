@@ -53,6 +53,12 @@ const (
 type Config struct {
 	// Source supplies services and pods.
 	Source Source
+	// Name is the name this activator reports to the autoscaler under (the
+	// reporter's). It goes on every request it forwards
+	// (network.ActivatorHeader), so that the pods count each activator's
+	// requests apart and the autoscaler counts those of an activator that
+	// does not report. Empty, requests carry no name.
+	Name string
 	// ClusterDomain is the suffix of cluster-local names
 	// (<name>.<ns>.svc.<ClusterDomain>); DefaultClusterDomain if empty.
 	ClusterDomain string
@@ -205,7 +211,7 @@ func New(cfg Config) (*Activator, error) {
 		clk:         cfg.Clock,
 		log:         cfg.Logger,
 		metrics:     m,
-		proxy:       newProxy(cfg.Logger, cfg.DialTimeout),
+		proxy:       newProxy(cfg.Logger, cfg.DialTimeout, cfg.Name),
 		probeClient: newProbeClient(),
 		limits:      newWaitLimits(cfg.MaxHeld, cfg.CallerQueueDepth),
 		synced:      make(chan struct{}),

@@ -68,3 +68,21 @@ func TestProxyStripsSwellHeaders(t *testing.T) {
 		t.Errorf("other headers lost: %v", r.Header)
 	}
 }
+
+// TestProxyNamesTheActivator: an activator with a name puts it on every
+// request it forwards, in place of any a client sent, so that the pod
+// counts the request in that activator's share.
+func TestProxyNamesTheActivator(t *testing.T) {
+	pod := newFakePod(t, "p1", true)
+	e := newEnv(t, NewMemorySource(Service{Key: mustKey("default/hello"), Pods: []Pod{pod.pod()}}),
+		func(c *Config) { c.Name = "activator-x" }, nil)
+	e.waitRoutable(t, mustKey("default/hello"), 1)
+	res, body := e.get(t, "hello.default", http.Header{network.ActivatorHeader: {"activator-forged"}})
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("%d %q, want 200", res.StatusCode, body)
+	}
+	r := recv(t, pod.arrived, "request")
+	if got := r.Header[network.ActivatorHeader]; len(got) != 1 || got[0] != "activator-x" {
+		t.Errorf("%s = %q at the pod, want only activator-x", network.ActivatorHeader, got)
+	}
+}

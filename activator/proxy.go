@@ -31,7 +31,11 @@ const (
 // requests go over HTTP/1.1 (so upgrades such as websockets work); HTTP/2
 // requests over cleartext HTTP/2 with prior knowledge, so gRPC streams and
 // trailers pass end to end.
-func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy {
+func newProxy(log *zap.Logger, dialTimeout time.Duration, name string) *httputil.ReverseProxy {
+	var named []string // built once: the header costs no allocation per request
+	if name != "" {
+		named = []string{name}
+	}
 	transport := proxy.NewTransport(proxy.TransportConfig{
 		DialTimeout:         dialTimeout,
 		KeepAlive:           30 * time.Second,
@@ -49,6 +53,9 @@ func newProxy(log *zap.Logger, dialTimeout time.Duration) *httputil.ReverseProxy
 			proxy.SetForwarded(pr)
 			proxy.StripSwellHeaders(pr.Out.Header)
 			pr.Out.Header[network.ProxyHeader] = proxyActivator
+			if named != nil {
+				pr.Out.Header[network.ActivatorHeader] = named
+			}
 		},
 		Transport: transport,
 		// Zero leaves flushing to ReverseProxy, which flushes at once

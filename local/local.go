@@ -160,8 +160,12 @@ func Run(ctx context.Context, opts Config) (err error) {
 	}()
 
 	token := randomToken()
+	// activatorName is the one activator's, towards the autoscaler and the
+	// replicas' queue-proxies alike.
+	const activatorName = "local"
 	if s.act, err = activator.New(activator.Config{
 		Source:       s.b,
+		Name:         activatorName,
 		QueueTimeout: maxTimeout(opts.File.Services),
 		// Probing a replica's queue-proxy on loopback costs next to
 		// nothing, and the interval is the largest part of the data
@@ -181,7 +185,7 @@ func Run(ctx context.Context, opts Config) (err error) {
 	if s.rep, err = reporter.New(reporter.Config{
 		URL:    "ws://" + admin.Addr().String() + network.ActivatorReportPath,
 		Token:  token,
-		Name:   "local",
+		Name:   activatorName,
 		Source: s.act,
 		Logger: opts.Log.Named("reporter"),
 		// The reporter and the endpoint share a process: reconnect fast.

@@ -29,10 +29,33 @@ type accounting struct {
 }
 
 func (a *accounting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	proxied := network.IsFromActivator(r)
-	a.tracker.Start(a.clock.Now(), proxied)
-	defer func() { a.tracker.End(a.clock.Now(), proxied) }()
+	if !network.IsFromActivator(r) {
+		a.tracker.Start(a.clock.Now(), false)
+		defer func() { a.tracker.End(a.clock.Now(), false) }()
+		a.next.ServeHTTP(w, r)
+		return
+	}
+	key := activatorKey(r)
+	if a.tracker.StartFrom(a.clock.Now(), key) {
+		defer func() { a.tracker.EndFrom(a.clock.Now(), key) }()
+	} else {
+		defer func() { a.tracker.End(a.clock.Now(), true) }()
+	}
 	a.next.ServeHTTP(w, r)
+}
+
+// maxActivatorName bounds the names hashed: a pod's name is at most 253
+// bytes; a longer one is nobody's, and counts in no activator's share.
+const maxActivatorName = 253
+
+// activatorKey is stats.ActivatorKey of the name r's activator gave
+// (network.ActivatorHeader), or 0 for none.
+func activatorKey(r *http.Request) uint64 {
+	name := r.Header.Get(network.ActivatorHeader)
+	if name == "" || len(name) > maxActivatorName {
+		return 0
+	}
+	return stats.ActivatorKey(name)
 }
 
 // reporter closes a stats period every ReportingPeriod and serves the
@@ -45,11 +68,17 @@ type reporter struct {
 	latest atomic.Pointer[snapshot]
 }
 
-// snapshot is a report with its binary form, encoded once per period
+// snapshot is a report with its binary forms, encoded once per period
 // rather than once per scrape.
 type snapshot struct {
-	report stats.Report
-	binary []byte
+	report   stats.Report
+	binary   []byte // version 1, for scrapers that ask for nothing newer
+	binaryV2 []byte
+}
+
+func newSnapshot(rep stats.Report) *snapshot {
+	rep.Attributed = true
+	return &snapshot{report: rep, binary: rep.AppendBinary(nil), binaryV2: rep.AppendBinaryV2(nil)}
 }
 
 // newReporter returns a reporter whose latest report, until the first
@@ -58,7 +87,7 @@ type snapshot struct {
 func newReporter(t *stats.Tracker, clk clock.WithTicker, start time.Time) *reporter {
 	s := &reporter{tracker: t, clock: clk, start: start}
 	empty := stats.Report{End: start}
-	s.latest.Store(&snapshot{report: empty, binary: empty.AppendBinary(nil)})
+	s.latest.Store(newSnapshot(empty))
 	return s
 }
 
@@ -66,7 +95,7 @@ func newReporter(t *stats.Tracker, clk clock.WithTicker, start time.Time) *repor
 func (s *reporter) report(now time.Time) {
 	rep := s.tracker.Report(now)
 	rep.Uptime = now.Sub(s.start)
-	s.latest.Store(&snapshot{report: rep, binary: rep.AppendBinary(nil)})
+	s.latest.Store(newSnapshot(rep))
 }
 
 // run reports on every tick of ticker until ctx ends. The ticker is made
@@ -85,14 +114,22 @@ func (s *reporter) run(ctx context.Context, ticker clock.Ticker) {
 	}
 }
 
-// ServeHTTP serves the latest report: binary (stats.ContentType) unless
-// the client accepts application/json.
+// ServeHTTP serves the latest report: in binary version 2
+// (stats.ContentTypeV2) to a client that accepts it, else in JSON to one
+// that accepts application/json, else in binary version 1
+// (stats.ContentType), which every autoscaler reads.
 func (s *reporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	snap := s.latest.Load()
 	h := w.Header()
 	h.Set("Vary", "Accept")
 	h.Set("Cache-Control", "no-store")
-	if acceptsJSON(r.Header.Values("Accept")) {
+	accept := r.Header.Values("Accept")
+	if accepts(accept, stats.ContentTypeV2) {
+		h.Set("Content-Type", stats.ContentTypeV2)
+		w.Write(snap.binaryV2)
+		return
+	}
+	if accepts(accept, "application/json") {
 		b, err := json.Marshal(snap.report)
 		if err != nil {
 			http.Error(w, "encode stats: "+err.Error(), http.StatusInternalServerError)
@@ -106,11 +143,11 @@ func (s *reporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(snap.binary)
 }
 
-// acceptsJSON reports whether an Accept header names application/json.
-func acceptsJSON(accept []string) bool {
+// accepts reports whether an Accept header names the media type mt.
+func accepts(accept []string, mt string) bool {
 	for _, v := range accept {
 		for part := range strings.SplitSeq(v, ",") {
-			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == "application/json" {
+			if t, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && t == mt {
 				return true
 			}
 		}

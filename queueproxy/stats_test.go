@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +39,34 @@ func TestAccounting(t *testing.T) {
 	rep := tracker.Report(t0.Add(time.Second))
 	if rep.Requests != 2 || rep.ProxiedRequests != 1 || rep.Concurrency != 1 || rep.ProxiedConcurrency != 0.5 {
 		t.Errorf("report = %+v, want 2 requests (1 proxied), concurrency 1 (0.5 proxied)", rep)
+	}
+}
+
+// TestAccountingByActivator: a request an activator forwards under its
+// name counts in that activator's share; one with no name, or a name no
+// pod could have, counts as proxied in no share.
+func TestAccountingByActivator(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	fc := testclock.NewFakeClock(t0)
+	tracker := stats.NewTracker(t0)
+	h := &accounting{tracker: tracker, clock: fc, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fc.Step(250 * time.Millisecond)
+	})}
+	for _, name := range []string{"activator-a", "", strings.Repeat("a", 254), "activator-a"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set(network.ProxyHeader, network.ProxyActivator)
+		if name != "" {
+			r.Header.Set(network.ActivatorHeader, name)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	rep := tracker.Report(t0.Add(time.Second))
+	want := []stats.ActivatorShare{{Activator: stats.ActivatorKey("activator-a"), Concurrency: 0.5, Requests: 2}}
+	if rep.ProxiedRequests != 4 || rep.ProxiedConcurrency != 1 || !slices.Equal(rep.ByActivator, want) {
+		t.Errorf("report = %+v, want 4 proxied requests, activator-a's 2 in its share", rep)
+	}
+	if n := tracker.InFlight(); n != 0 {
+		t.Errorf("in flight after = %d, want 0", n)
 	}
 }
 
@@ -112,9 +142,34 @@ func TestReporter(t *testing.T) {
 		t.Errorf("JSON report = %+v", fromJSON)
 	}
 
-	// The next period has no new arrival but the request is still held.
+	// A request from an activator that names itself, held over the next
+	// period: version 2, to a scraper that asks for it, carries its share;
+	// version 1 its proxied figures alone.
+	tracker.StartFrom(t0.Add(time.Second), stats.ActivatorKey("activator-a"))
 	clk.Step(ReportingPeriod)
 	recv(t, waiting, "the second report")
+	res = get(stats.ContentTypeV2 + ", " + stats.ContentType + ";q=0.5")
+	if ct := res.Header.Get("Content-Type"); ct != stats.ContentTypeV2 {
+		t.Errorf("Content-Type = %q, want %q", ct, stats.ContentTypeV2)
+	}
+	if err := got.UnmarshalBinary([]byte(readAll(t, res))); err != nil {
+		t.Fatal(err)
+	}
+	share := stats.ActivatorShare{Activator: stats.ActivatorKey("activator-a"), Concurrency: 1, Requests: 1}
+	if !got.Attributed || len(got.ByActivator) != 1 || got.ByActivator[0] != share || got.ProxiedConcurrency != 1 {
+		t.Errorf("version 2 report = %+v, want activator-a's share %+v", got, share)
+	}
+	if err := got.UnmarshalBinary([]byte(readAll(t, get(stats.ContentType)))); err != nil {
+		t.Fatal(err)
+	}
+	if got.Attributed || len(got.ByActivator) != 0 || got.ProxiedConcurrency != 1 {
+		t.Errorf("version 1 report = %+v, want the proxied figures without shares", got)
+	}
+	tracker.EndFrom(t0.Add(2*time.Second), stats.ActivatorKey("activator-a"))
+
+	// The next period has no new arrival but the request is still held.
+	clk.Step(ReportingPeriod)
+	recv(t, waiting, "the third report")
 	res = get("")
 	if err := got.UnmarshalBinary([]byte(readAll(t, res))); err != nil {
 		t.Fatal(err)
@@ -133,8 +188,8 @@ func TestAcceptsJSON(t *testing.T) {
 		"text/plain, application/json; q=1": true,
 		"application/jsonx":                 false,
 	} {
-		if got := acceptsJSON([]string{accept}); got != want {
-			t.Errorf("acceptsJSON(%q) = %v, want %v", accept, got, want)
+		if got := accepts([]string{accept}, "application/json"); got != want {
+			t.Errorf("accepts(%q, JSON) = %v, want %v", accept, got, want)
 		}
 	}
 }

@@ -45,6 +45,7 @@ type Activators struct {
 // activatorSlot is one activator's latest figures for one service.
 type activatorSlot struct {
 	activator string
+	key       uint64 // stats.ActivatorKey(activator), as the pods know it
 	// reportAt is when the latest report arrived (zero: none yet); pokeAt
 	// when the latest poke did.
 	reportAt, pokeAt time.Time
@@ -90,7 +91,7 @@ func (a *Activators) slotLocked(activator string, service []byte) *activatorSlot
 			return &slots[i]
 		}
 	}
-	slots = append(slots, activatorSlot{activator: activator})
+	slots = append(slots, activatorSlot{activator: activator, key: stats.ActivatorKey(activator)})
 	a.services[string(service)] = slots
 	return &slots[len(slots)-1]
 }
@@ -107,6 +108,16 @@ type ActivatorLoad struct {
 	// (in flight or queued): the sum of their latest in-flight counts, where
 	// a poke newer than StaleAfter counts as at least 1 for its activator.
 	Pending int
+
+	// from and to delimit the service's activators, one by one, in the
+	// scratch loads filled.
+	from, to int
+}
+
+// activatorFigures is one activator's current figures for a service.
+type activatorFigures struct {
+	key              uint64
+	concurrency, rps float64
 }
 
 // Load returns the activators' current share of service's load.
@@ -122,15 +133,27 @@ func (a *Activators) Load(service string) ActivatorLoad {
 func (a *Activators) Pending(service string) int { return a.Load(service).Pending }
 
 func (a *Activators) loadLocked(service string, now time.Time) ActivatorLoad {
+	l, _ := a.loadEachLocked(service, now, nil)
+	return l
+}
+
+// loadEachLocked is loadLocked that also appends each fresh activator's
+// figures to each.
+func (a *Activators) loadEachLocked(service string, now time.Time, each []activatorFigures) (ActivatorLoad, []activatorFigures) {
 	var l ActivatorLoad
 	slots := a.services[service]
 	for i := range slots {
 		s := &slots[i]
 		pending := 0
 		if a.fresh(s.reportAt, now) {
-			l.Concurrency += s.figures.Concurrency
+			f := activatorFigures{key: s.key, concurrency: s.figures.Concurrency}
 			if s.period > 0 {
-				l.RPS += float64(s.figures.Requests) / s.period.Seconds()
+				f.rps = float64(s.figures.Requests) / s.period.Seconds()
+			}
+			l.Concurrency += f.concurrency
+			l.RPS += f.rps
+			if each != nil {
+				each = append(each, f)
 			}
 			l.Activators++
 			pending = int(min(s.figures.InFlight, uint64(maxPending)))
@@ -143,7 +166,7 @@ func (a *Activators) loadLocked(service string, now time.Time) ActivatorLoad {
 		}
 		l.Pending = min(l.Pending+pending, maxPending)
 	}
-	return l
+	return l, each
 }
 
 // maxPending caps counts from the wire, which are uint64, well inside int.
@@ -153,16 +176,25 @@ func (a *Activators) fresh(at, now time.Time) bool {
 	return !at.IsZero() && now.Sub(at) <= a.staleAfter
 }
 
-// loads fills out[i] with services[i]'s load and drops figures that expired,
-// under one acquisition of the lock.
-func (a *Activators) loads(services []string, out []ActivatorLoad) {
+// loads fills out[i] with services[i]'s load, appends each activator's
+// figures for it to each (out[i] says where they are), and drops figures
+// that expired, under one acquisition of the lock. It returns each.
+func (a *Activators) loads(services []string, out []ActivatorLoad, each []activatorFigures) []activatorFigures {
 	now := a.clock.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	each = each[:0]
 	for i, svc := range services {
-		out[i] = a.loadLocked(svc, now)
+		from := len(each)
+		// A non-nil slice, so that loadEachLocked appends.
+		if each == nil {
+			each = make([]activatorFigures, 0, 8)
+		}
+		out[i], each = a.loadEachLocked(svc, now, each)
+		out[i].from, out[i].to = from, len(each)
 	}
 	a.sweepLocked(now)
+	return each
 }
 
 // sweepLocked forgets slots whose report and poke have both expired, and

@@ -157,6 +157,8 @@ type Collector struct {
 	names   []string
 	jobs    []job
 	loads   []ActivatorLoad
+	each    []activatorFigures // every service's activators, one by one
+	perKey  []keyFigures       // one service's proxied figures by activator
 	podLoad []PodLoad
 	samples []Sample
 }
@@ -176,6 +178,11 @@ type job struct {
 	concurrency, rps               float64
 	proxiedConcurrency, proxiedRPS float64
 	ok                             bool
+	// attributed says the pod split its proxied figures by activator
+	// (stats.Report.Attributed), the first nshares of shares.
+	attributed bool
+	nshares    int
+	shares     [stats.MaxActivatorShares]activatorFigures
 }
 
 // New returns a Collector, or an error naming what is invalid.
@@ -304,20 +311,23 @@ func (c *Collector) runJobs(parent context.Context) {
 	var wg sync.WaitGroup
 	for range min(c.workers, len(c.jobs)) {
 		wg.Go(func() {
-			var buf [stats.BinarySize + 1]byte
+			var buf [stats.MaxBinarySize + 1]byte
+			// One report per worker: decoding into it again reuses its
+			// shares' array.
+			var r stats.Report
 			for {
 				i := int(next.Add(1) - 1)
 				if i >= len(c.jobs) {
 					return
 				}
-				c.scrapeJob(ctx, &c.jobs[i], &buf)
+				c.scrapeJob(ctx, &c.jobs[i], &buf, &r)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySize + 1]byte) {
+func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.MaxBinarySize + 1]byte, r *stats.Report) {
 	if ctx.Err() != nil {
 		c.metrics.scrapes[resultTimeout].Inc()
 		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(errRoundOver))
@@ -325,7 +335,7 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySiz
 	}
 	start := c.clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, c.timeout)
-	r, res, err := scrape(sctx, c.client, j.addr, buf)
+	res, err := scrape(sctx, c.client, j.addr, buf, r)
 	cancel()
 	c.metrics.scrapeDuration.Observe(c.clock.Since(start).Seconds())
 	c.metrics.scrapes[res].Inc()
@@ -337,12 +347,99 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.BinarySiz
 	// A report of length zero (a pod younger than one reporting period,
 	// whose queue-proxy has measured nothing yet) counts as a pod with no
 	// load: it has had next to no time to receive any.
+	j.attributed = r.Attributed
 	if r.Period > 0 {
 		j.concurrency = r.Concurrency - r.ProxiedConcurrency
 		j.rps = float64(r.Requests-r.ProxiedRequests) / r.Period.Seconds()
 		j.proxiedConcurrency = r.ProxiedConcurrency
 		j.proxiedRPS = float64(r.ProxiedRequests) / r.Period.Seconds()
+		for _, sh := range r.ByActivator {
+			j.shares[j.nshares] = activatorFigures{key: sh.Activator, concurrency: sh.Concurrency, rps: float64(sh.Requests) / r.Period.Seconds()}
+			j.nshares++
+		}
 	}
+}
+
+// keyFigures are one activator's part of a service's proxied load, as the
+// sampled pods saw it and as the activator reported it.
+type keyFigures struct {
+	key                   uint64
+	podConc, podRPS       float64
+	reportConc, reportRPS float64
+}
+
+// proxied is a service's load that came through the activators, each
+// request counted once. Where every scraped pod split its proxied figures
+// by activator, each activator the pods saw counts for the larger of what
+// they saw from it (scaled like the rest of the sample) and what it
+// reported (which also holds what waits at it): an activator that does not
+// report is counted by the pods, one that does is not counted twice. What
+// the pods saw from no named activator, and what the activators the pods
+// did not see reported, count for the larger of the two, as all proxied
+// load did before the split: an activator that names nobody (an older
+// one) is counted once. Where a scraped pod did not split (a pod injected
+// before it), the larger of the pods' total and the activators' total
+// counts. Either way no header a client sends lowers the load below what
+// the pods hold.
+func (c *Collector) proxied(st podRange, scale float64, act ActivatorLoad, podConc, podRPS float64) (conc, rps float64) {
+	jobs := c.jobs[st.first : st.first+st.n]
+	attributed, scraped := true, false
+	for i := range jobs {
+		if jobs[i].ok {
+			scraped = true
+			attributed = attributed && jobs[i].attributed
+		}
+	}
+	if !scraped || !attributed {
+		return max(podConc, act.Concurrency), max(podRPS, act.RPS)
+	}
+	c.perKey = c.perKey[:0]
+	var namedConc, namedRPS float64
+	for i := range jobs {
+		j := &jobs[i]
+		if !j.ok {
+			continue
+		}
+		for _, sh := range j.shares[:j.nshares] {
+			k := c.keyFigures(sh.key)
+			if k == nil {
+				c.perKey = append(c.perKey, keyFigures{key: sh.key})
+				k = &c.perKey[len(c.perKey)-1]
+			}
+			k.podConc += sh.concurrency * scale
+			k.podRPS += sh.rps * scale
+			namedConc += sh.concurrency * scale
+			namedRPS += sh.rps * scale
+		}
+	}
+	var unseenConc, unseenRPS float64
+	for _, f := range c.each[act.from:act.to] {
+		if k := c.keyFigures(f.key); k != nil {
+			k.reportConc += f.concurrency
+			k.reportRPS += f.rps
+		} else {
+			unseenConc += f.concurrency
+			unseenRPS += f.rps
+		}
+	}
+	conc = max(podConc-namedConc, unseenConc, 0)
+	rps = max(podRPS-namedRPS, unseenRPS, 0)
+	for _, k := range c.perKey {
+		conc += max(k.podConc, k.reportConc)
+		rps += max(k.podRPS, k.reportRPS)
+	}
+	return conc, rps
+}
+
+// keyFigures returns the figures of the activator key in the service's
+// perKey, or nil.
+func (c *Collector) keyFigures(key uint64) *keyFigures {
+	for i := range c.perKey {
+		if c.perKey[i].key == key {
+			return &c.perKey[i]
+		}
+	}
+	return nil
 }
 
 // combine turns the jobs' results and the activators' figures into the
@@ -357,7 +454,7 @@ func (c *Collector) combine(sec time.Time) {
 		c.loads = append(c.loads, ActivatorLoad{})
 	}
 	if c.activators != nil {
-		c.activators.loads(c.names, c.loads)
+		c.each = c.activators.loads(c.names, c.loads, c.each)
 	}
 	for i, st := range c.ranges {
 		s := Sample{
@@ -402,8 +499,13 @@ func (c *Collector) combine(sec time.Time) {
 		// side saw more of it: the activators (which also hold what waits)
 		// or the pods (which also see what was marked as the activator's by
 		// a client, or forwarded by an activator that is not reporting).
-		s.Concurrency = s.PodConcurrency + max(s.PodProxiedConcurrency, s.ActivatorConcurrency)
-		s.RPS = s.PodRPS + max(s.PodProxiedRPS, s.ActivatorRPS)
+		scale := 0.0
+		if s.Scraped > 0 {
+			scale = float64(s.ReadyPods) / float64(s.Scraped)
+		}
+		pconcAll, prpsAll := c.proxied(st, scale, c.loads[i], s.PodProxiedConcurrency, s.PodProxiedRPS)
+		s.Concurrency = s.PodConcurrency + pconcAll
+		s.RPS = s.PodRPS + prpsAll
 		c.samples = append(c.samples, s)
 	}
 }

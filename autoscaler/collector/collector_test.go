@@ -2,8 +2,10 @@ package collector
 
 import (
 	"context"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -171,6 +173,47 @@ func TestProxiedLoadCountedWithoutActivatorReports(t *testing.T) {
 	r.report("act-a", time.Second, entry("ns/svc", 7, 70, 7))
 	if s := r.round(t)["ns/svc"]; s.Concurrency != 3+7 || s.RPS != 30+70 || s.PodConcurrency != 3 {
 		t.Fatalf("an activator reporting: %+v, want pods 3 + activator 7 = 10, rps 100", s)
+	}
+}
+
+// withShares is rep with the proxied figures split by activator name:
+// concurrency and requests each.
+func withShares(r stats.Report, shares map[string][2]float64) stats.Report {
+	r.Attributed = true
+	for _, name := range slices.Sorted(maps.Keys(shares)) {
+		f := shares[name]
+		r.ByActivator = append(r.ByActivator, stats.ActivatorShare{Activator: stats.ActivatorKey(name), Concurrency: f[0], Requests: uint64(f[1])})
+	}
+	return r
+}
+
+// TestProxiedLoadByActivator: with three activators, one not reporting
+// (cut off from the autoscaler) while it forwards, one reporting a queue
+// the pods have not seen yet, the pods' shares by activator count each
+// activator once: the one not reporting by the pods, the others by the
+// larger of both sides. Taking the larger of the totals instead would miss
+// what the silent one sent. A pod from before the split falls back to
+// that.
+func TestProxiedLoadByActivator(t *testing.T) {
+	r := newRig(t, nil)
+	// Own 1; through a: 2 + 4; through b, which does not report: 3.
+	p1 := newFakePod(t, withShares(rep(6, 5, 60, 50), map[string][2]float64{"act-a": {2, 20}, "act-b": {3, 30}}))
+	p2 := newFakePod(t, withShares(rep(4, 4, 40, 40), map[string][2]float64{"act-a": {4, 40}}))
+	r.pods.Set("ns/svc", p1.addr(), p2.addr())
+	// a holds 10: the 6 at the pods and 4 queued; c holds 2 queued and
+	// has sent nothing yet.
+	r.report("act-a", time.Second, entry("ns/svc", 10, 100, 10))
+	r.report("act-c", time.Second, entry("ns/svc", 2, 20, 2))
+	s := r.round(t)["ns/svc"]
+	if !near(s.Concurrency, 1+10+3+2) || !near(s.RPS, 10+100+30+20) {
+		t.Fatalf("by activator: concurrency %v rps %v, want 1 own + a's 10 + b's 3 + c's 2 = 16, and 160 rps", s.Concurrency, s.RPS)
+	}
+
+	// A pod injected before the split: the larger of the totals.
+	p2.v1.Store(true)
+	s = r.round(t)["ns/svc"]
+	if !near(s.Concurrency, 1+max(9, 12.0)) {
+		t.Fatalf("a pod without the split: concurrency %v, want 1 own + the larger of 9 at the pods and 12 at the activators", s.Concurrency)
 	}
 }
 

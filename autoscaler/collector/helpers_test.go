@@ -29,6 +29,8 @@ type fakePod struct {
 	hits   atomic.Int64
 	// handler, if set, replaces the well-behaved answer.
 	handler atomic.Pointer[http.HandlerFunc]
+	// v1 makes it a pod injected before version 2.
+	v1 atomic.Bool
 }
 
 func newFakePod(t testing.TB, r stats.Report) *fakePod {
@@ -41,12 +43,20 @@ func newFakePod(t testing.TB, r stats.Report) *fakePod {
 			(*h)(w, req)
 			return
 		}
-		if req.URL.Path != network.StatsPath || req.Header.Get("Accept") != stats.ContentType {
+		if req.URL.Path != network.StatsPath || !strings.HasPrefix(req.Header.Get("Accept"), stats.ContentTypeV2+", "+stats.ContentType) {
 			http.Error(w, "unexpected request "+req.URL.Path+" Accept: "+req.Header.Get("Accept"), http.StatusBadRequest)
 			return
 		}
-		w.Header().Set("Content-Type", stats.ContentType)
-		w.Write(p.report.Load().AppendBinary(nil))
+		// As a queue-proxy does: version 2 to a scraper that accepts it,
+		// unless the test asks for a pod from before it.
+		r := p.report.Load()
+		if p.v1.Load() {
+			w.Header().Set("Content-Type", stats.ContentType)
+			w.Write(r.AppendBinary(nil))
+			return
+		}
+		w.Header().Set("Content-Type", stats.ContentTypeV2)
+		w.Write(r.AppendBinaryV2(nil))
 	}))
 	t.Cleanup(p.srv.Close)
 	return p

@@ -52,7 +52,7 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 
 // acceptStats is every scrape's header. It is shared: a RoundTripper must
 // not modify a request's headers.
-var acceptStats = http.Header{"Accept": {stats.ContentType}}
+var acceptStats = http.Header{"Accept": {stats.ContentTypeV2 + ", " + stats.ContentType + ";q=0.5"}}
 
 // scrapeResult classifies a scrape for the metrics.
 type scrapeResult int
@@ -71,39 +71,45 @@ var resultNames = [numResults]string{"ok", "timeout", "status", "malformed", "er
 // errRoundOver fails the scrapes a round had no time left to start.
 var errRoundOver = errors.New("round deadline passed before the scrape started")
 
-// scrape fetches and decodes addr's stats report. buf holds the body, one
-// byte longer than a report so that trailing garbage is seen.
-func scrape(ctx context.Context, client *http.Client, addr string, buf *[stats.BinarySize + 1]byte) (stats.Report, scrapeResult, error) {
-	var r stats.Report
+// scrape fetches addr's stats report, version 2 where the pod serves it
+// and version 1 otherwise, and decodes it into r. buf holds the body, one
+// byte longer than the longest report so that trailing garbage is seen.
+func scrape(ctx context.Context, client *http.Client, addr string, buf *[stats.MaxBinarySize + 1]byte, r *stats.Report) (scrapeResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+network.StatsPath, nil)
 	if err != nil {
-		return r, resultError, fmt.Errorf("scrape %s: %w", addr, err)
+		return resultError, fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	req.Header = acceptStats
 	resp, err := client.Do(req)
 	if err != nil {
-		return r, classify(err), fmt.Errorf("scrape %s: %w", addr, err)
+		return classify(err), fmt.Errorf("scrape %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		// Read a little so that a short error page leaves the connection
 		// reusable.
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
-		return r, resultStatus, fmt.Errorf("scrape %s: status %s", addr, resp.Status)
+		return resultStatus, fmt.Errorf("scrape %s: status %s", addr, resp.Status)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != stats.ContentType && !strings.HasPrefix(ct, stats.ContentType+";") {
-		return r, resultMalformed, fmt.Errorf("scrape %s: content type %q, want %s", addr, ct, stats.ContentType)
+	if ct := resp.Header.Get("Content-Type"); !isType(ct, stats.ContentTypeV2) && !isType(ct, stats.ContentType) {
+		return resultMalformed, fmt.Errorf("scrape %s: content type %q, want %s or %s", addr, ct, stats.ContentTypeV2, stats.ContentType)
 	}
 	// A whole report ends with EOF before buf is full (ErrUnexpectedEOF),
 	// which also leaves the connection ready for reuse.
 	n, err := io.ReadFull(resp.Body, buf[:])
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return r, classify(err), fmt.Errorf("scrape %s: read body: %w", addr, err)
+		return classify(err), fmt.Errorf("scrape %s: read body: %w", addr, err)
 	}
 	if err := r.UnmarshalBinary(buf[:n]); err != nil {
-		return r, resultMalformed, fmt.Errorf("scrape %s: %w", addr, err)
+		return resultMalformed, fmt.Errorf("scrape %s: %w", addr, err)
 	}
-	return r, resultOK, nil
+	return resultOK, nil
+}
+
+// isType says whether the Content-Type ct is the media type mt, with or
+// without parameters.
+func isType(ct, mt string) bool {
+	return ct == mt || strings.HasPrefix(ct, mt+";")
 }
 
 func classify(err error) scrapeResult {

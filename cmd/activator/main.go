@@ -96,6 +96,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	var rep atomic.Pointer[reporter.Reporter]
 	acfg := activator.Config{
 		Source:           src,
+		Name:             cfg.PodName,
 		ClusterDomain:    cfg.ClusterDomain,
 		QueueDepth:       cfg.QueueDepth,
 		CallerQueueDepth: cfg.CallerQueueDepth,

@@ -23,6 +23,12 @@ const (
 	// separately, so the autoscaler can subtract what the activator already
 	// reported and never count a request twice.
 	ProxyHeader = "Swell-Proxy"
+	// ActivatorHeader is set by an activator on every request it forwards,
+	// with its name, the one it reports to the autoscaler under: a pod
+	// counts what each activator sent it apart (stats.Report.ByActivator),
+	// so that the autoscaler counts what an activator that does not report
+	// sent. Like every Swell-* header, the queue-proxy strips it.
+	ActivatorHeader = "Swell-Activator"
 	// ProxyActivator is ProxyHeader's value on requests from the activator.
 	ProxyActivator = "activator"
 

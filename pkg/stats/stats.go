@@ -37,18 +37,69 @@ type Report struct {
 	// Uptime is how long the reporting process has been running (lets the
 	// autoscaler treat the first reports of a new pod with care).
 	Uptime time.Duration `json:"uptimeNs"`
+	// Attributed says the reporter splits its proxied figures by activator
+	// (ByActivator): every version-2 report does, even with no share.
+	Attributed bool `json:"attributed,omitempty"`
+	// ByActivator splits the proxied figures among the activators that
+	// named themselves on their requests (network.ActivatorHeader), at
+	// most MaxActivatorShares of them, by ActivatorKey. What is proxied
+	// but in no share came from an activator that did not name itself, or
+	// from one past the limit.
+	ByActivator []ActivatorShare `json:"byActivator,omitempty"`
 }
 
-// ContentType is the media type of a Report in binary form.
+// ActivatorShare is one activator's part of a report's proxied figures.
+type ActivatorShare struct {
+	// Activator is ActivatorKey of the activator's name; never 0.
+	Activator   uint64  `json:"activator"`
+	Concurrency float64 `json:"concurrency"`
+	Requests    uint64  `json:"requests"`
+}
+
+// MaxActivatorShares bounds Report.ByActivator: a deployment runs a few
+// activators, and a client that names many on its requests gets no more
+// room.
+const MaxActivatorShares = 8
+
+// ActivatorKey is the key of an activator's name in reports: its 64-bit
+// FNV-1a hash, 1 for a hash of 0, so that 0 never names one. The pods
+// hash the name an activator puts on its requests, the autoscaler the
+// name it reports under; equal names meet.
+func ActivatorKey(name string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(name); i++ {
+		h ^= uint64(name[i])
+		h *= 1099511628211
+	}
+	return max(h, 1)
+}
+
+// ContentType is the media type of a Report in binary form, version 1,
+// which queue-proxies injected before version 2 serve, and serve still
+// to a scraper that does not ask for version 2.
 const ContentType = "application/vnd.swell.stats.v1"
 
-// Version is the first byte of every binary Report this package writes, and
-// the only one it reads. Any change to the layout gets a new version and a
-// new ContentType (see docs/stats.md).
+// ContentTypeV2 is the media type of version 2: version 1's fields and the
+// proxied figures by activator.
+const ContentTypeV2 = "application/vnd.swell.stats.v2"
+
+// Version is the first byte of a version-1 binary Report. Any change to
+// the layout gets a new version and a new content type (see
+// docs/stats.md).
 const Version = 1
+
+// Version2 is the first byte of a version-2 binary Report.
+const Version2 = 2
 
 // BinarySize is the length of a version-1 binary Report.
 const BinarySize = 1 + 7*8
+
+// shareSize is the length of one ActivatorShare in a version-2 Report.
+const shareSize = 3 * 8
+
+// MaxBinarySize is the longest binary Report of either version: version
+// 2 with MaxActivatorShares shares.
+const MaxBinarySize = BinarySize + 1 + MaxActivatorShares*shareSize
 
 // Offsets of the fields in a version-1 binary Report; all little-endian.
 const (
@@ -79,12 +130,33 @@ var (
 // and 2262; the zero time.Time is written as 0 (and read back as the zero
 // time.Time, which the Unix epoch itself therefore also becomes).
 func (r Report) AppendBinary(b []byte) []byte {
+	return r.appendFields(append(b, Version))
+}
+
+// AppendBinaryV2 appends r's version-2 binary encoding (docs/stats.md):
+// version 1's fields, then the number of shares and each share. It does
+// not allocate when b has MaxBinarySize bytes of spare capacity. Shares
+// past MaxActivatorShares are left out.
+func (r Report) AppendBinaryV2(b []byte) []byte {
+	b = r.appendFields(append(b, Version2))
+	shares := r.ByActivator[:min(len(r.ByActivator), MaxActivatorShares)]
+	b = append(b, byte(len(shares)))
+	le := binary.LittleEndian
+	for _, s := range shares {
+		b = le.AppendUint64(b, s.Activator)
+		b = le.AppendUint64(b, math.Float64bits(s.Concurrency))
+		b = le.AppendUint64(b, s.Requests)
+	}
+	return b
+}
+
+// appendFields appends the fields both versions share, after the version.
+func (r Report) appendFields(b []byte) []byte {
 	var end int64
 	if !r.End.IsZero() {
 		end = r.End.UnixNano()
 	}
 	le := binary.LittleEndian
-	b = append(b, Version)
 	b = le.AppendUint64(b, uint64(end))
 	b = le.AppendUint64(b, uint64(r.Period))
 	b = le.AppendUint64(b, math.Float64bits(r.Concurrency))
@@ -104,29 +176,66 @@ func (r Report) MarshalBinary() ([]byte, error) {
 	return r.AppendBinary(make([]byte, 0, BinarySize)), nil
 }
 
-// UnmarshalBinary decodes a Report encoded by AppendBinary. Any malformed
-// input gives an error and leaves r unchanged: a version other than Version,
-// a length other than BinarySize, or fields that fail Validate. It does not
-// allocate on success.
+// MarshalBinaryV2 is MarshalBinary in version 2.
+func (r Report) MarshalBinaryV2() ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r.AppendBinaryV2(make([]byte, 0, MaxBinarySize)), nil
+}
+
+// UnmarshalBinary decodes a Report encoded by AppendBinary or
+// AppendBinaryV2. Any malformed input gives an error and leaves r
+// unchanged: an unknown version, a length other than the version's, or
+// fields that fail Validate. The shares of a version-2 report go into r's
+// ByActivator, reusing its array, so that decoding into the same Report
+// again and again does not allocate.
 func (r *Report) UnmarshalBinary(b []byte) error {
 	if len(b) == 0 {
 		return fmt.Errorf("%w: empty input", ErrMalformed)
 	}
 	// The version is checked before the length: a newer, longer version must
 	// be reported as such, not as trailing garbage.
-	if b[0] != Version {
-		return fmt.Errorf("%w: unknown version %d (this reader accepts version %d, %s)",
-			ErrMalformed, b[0], Version, ContentType)
+	size := BinarySize
+	switch b[0] {
+	case Version:
+	case Version2:
+		size++ // the number of shares
+		if len(b) > BinarySize {
+			n := int(b[BinarySize])
+			if n > MaxActivatorShares {
+				return fmt.Errorf("%w: %d activator shares, at most %d", ErrMalformed, n, MaxActivatorShares)
+			}
+			size += n * shareSize
+		}
+	default:
+		return fmt.Errorf("%w: unknown version %d (this reader accepts versions %d, %s, and %d, %s)",
+			ErrMalformed, b[0], Version, ContentType, Version2, ContentTypeV2)
 	}
-	if len(b) < BinarySize {
-		return fmt.Errorf("%w: short input: %d bytes, version %d is %d bytes", ErrMalformed, len(b), Version, BinarySize)
+	if len(b) < size {
+		return fmt.Errorf("%w: short input: %d bytes, this version %d report is %d bytes", ErrMalformed, len(b), b[0], size)
 	}
-	if len(b) > BinarySize {
+	if len(b) > size {
 		return fmt.Errorf("%w: %d bytes of trailing garbage after a %d-byte report",
-			ErrMalformed, len(b)-BinarySize, BinarySize)
+			ErrMalformed, len(b)-size, size)
 	}
 	le := binary.LittleEndian
 	var d Report
+	// The shares are decoded here and copied into r's array only once the
+	// whole report is valid, so that a rejected one changes nothing.
+	var shares [MaxActivatorShares]ActivatorShare
+	n := 0
+	if b[0] == Version2 {
+		d.Attributed = true
+		for i := BinarySize + 1; i < size; i += shareSize {
+			shares[n] = ActivatorShare{
+				Activator:   le.Uint64(b[i:]),
+				Concurrency: math.Float64frombits(le.Uint64(b[i+8:])),
+				Requests:    le.Uint64(b[i+16:]),
+			}
+			n++
+		}
+	}
 	if end := int64(le.Uint64(b[offEnd:])); end != 0 {
 		d.End = time.Unix(0, end).UTC()
 	}
@@ -139,6 +248,10 @@ func (r *Report) UnmarshalBinary(b []byte) error {
 	if err := d.Validate(); err != nil {
 		return err
 	}
+	if err := validateShares(&shares, n, d.ProxiedConcurrency, d.ProxiedRequests); err != nil {
+		return err
+	}
+	d.ByActivator = append(r.ByActivator[:0], shares[:n]...)
 	*r = d
 	return nil
 }
@@ -175,6 +288,42 @@ func (r Report) Validate() error {
 		return fmt.Errorf("%w: proxied concurrency %v above concurrency %v", ErrMalformed, r.ProxiedConcurrency, r.Concurrency)
 	case r.ProxiedRequests > r.Requests:
 		return fmt.Errorf("%w: %d proxied requests above %d requests", ErrMalformed, r.ProxiedRequests, r.Requests)
+	case len(r.ByActivator) > MaxActivatorShares:
+		return fmt.Errorf("%w: %d activator shares, at most %d", ErrMalformed, len(r.ByActivator), MaxActivatorShares)
+	case len(r.ByActivator) > 0 && !r.Attributed:
+		return fmt.Errorf("%w: activator shares in a report not marked attributed", ErrMalformed)
+	}
+	var shares [MaxActivatorShares]ActivatorShare
+	n := copy(shares[:], r.ByActivator)
+	return validateShares(&shares, n, r.ProxiedConcurrency, r.ProxiedRequests)
+}
+
+// validateShares checks the first n shares against the proxied figures.
+// It takes an array so that a caller's shares stay on its stack.
+func validateShares(shares *[MaxActivatorShares]ActivatorShare, n int, proxiedConc float64, proxiedReqs uint64) error {
+	var conc float64
+	var reqs uint64
+	for i, s := range shares[:n] {
+		switch {
+		case s.Activator == 0:
+			return fmt.Errorf("%w: activator share %d has key 0", ErrMalformed, i)
+		case !validConcurrency(s.Concurrency):
+			return fmt.Errorf("%w: activator share %d: concurrency %v is not a finite number >= 0", ErrMalformed, i, s.Concurrency)
+		case s.Requests > proxiedReqs-reqs:
+			return fmt.Errorf("%w: activator shares add up to more than %d proxied requests", ErrMalformed, proxiedReqs)
+		}
+		for _, o := range shares[:i] {
+			if o.Activator == s.Activator {
+				return fmt.Errorf("%w: activator %x has two shares", ErrMalformed, s.Activator)
+			}
+		}
+		conc += s.Concurrency
+		reqs += s.Requests
+	}
+	// The shares are summed in another order than the Tracker summed the
+	// total: a rounding's worth above it is fine.
+	if conc > proxiedConc*(1+1e-9)+1e-9 {
+		return fmt.Errorf("%w: activator shares add up to concurrency %v, above the proxied %v", ErrMalformed, conc, proxiedConc)
 	}
 	return nil
 }

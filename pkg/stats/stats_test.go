@@ -6,7 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"hash/fnv"
 	"math"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/quick"
@@ -27,8 +30,10 @@ var sample = Report{
 // UTC whatever location the encoded one had.
 func sameReport(a, b Report) bool {
 	ea, eb := a.End, b.End
+	sa, sb := a.ByActivator, b.ByActivator
 	a.End, b.End = time.Time{}, time.Time{}
-	return a == b && ea.Equal(eb) && ea.IsZero() == eb.IsZero()
+	a.ByActivator, b.ByActivator = nil, nil
+	return reflect.DeepEqual(a, b) && ea.Equal(eb) && ea.IsZero() == eb.IsZero() && slices.Equal(sa, sb)
 }
 
 // TestBinaryLayout pins the byte layout documented in docs/stats.md.
@@ -149,8 +154,17 @@ func TestUnmarshalMalformed(t *testing.T) {
 		{"one byte short", good[:BinarySize-1], "short"},
 		{"trailing garbage", append(bytes.Clone(good), 0), "trailing garbage"},
 		{"version 0", withVersion(0), "unknown version 0"},
-		{"version 2", withVersion(2), "unknown version 2"},
-		{"version 2, longer", append(withVersion(2), 1, 2, 3), "unknown version 2"},
+		{"version 3", withVersion(3), "unknown version 3"},
+		{"version 3, longer", append(withVersion(3), 1, 2, 3), "unknown version 3"},
+		{"version 2 without its count", withVersion(2), "short input: 57 bytes, this version 2 report is 58"},
+		{"version 2 with a share cut short", append(withVersion(2), 1, 2, 3), "short input: 60 bytes, this version 2 report is 82"},
+		{"version 2 with too many shares", append(withVersion(2), MaxActivatorShares+1), "9 activator shares, at most 8"},
+		{"version 2 with trailing garbage", append(withVersion(2), 0, 0), "1 bytes of trailing garbage"},
+		{"share with key 0", v2With(ActivatorShare{Activator: 0, Concurrency: 1, Requests: 1}), "key 0"},
+		{"share NaN", v2With(ActivatorShare{Activator: 7, Concurrency: math.NaN()}), "share 0: concurrency NaN"},
+		{"shares above the proxied concurrency", v2With(ActivatorShare{Activator: 7, Concurrency: 2}, ActivatorShare{Activator: 8, Concurrency: 0.5}), "add up to concurrency 2.5, above the proxied 2.25"},
+		{"shares above the proxied requests", v2With(ActivatorShare{Activator: 7, Requests: 30}, ActivatorShare{Activator: 8, Requests: 11}), "more than 40 proxied requests"},
+		{"one activator twice", v2With(ActivatorShare{Activator: 7, Requests: 1}, ActivatorShare{Activator: 7, Requests: 1}), "two shares"},
 		{"JSON instead", []byte(`{"concurrency":1}`), "unknown version 123"},
 		{"negative period", encode(offPeriod, uint64(1<<63)), "negative period"},
 		{"negative uptime", encode(offUptime, math.MaxUint64), "negative uptime"},
@@ -173,10 +187,56 @@ func TestUnmarshalMalformed(t *testing.T) {
 			if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("error %q, want one wrapping ErrMalformed and containing %q", err, tc.wantErr)
 			}
-			if r != sample {
+			if !sameReport(r, sample) {
 				t.Errorf("rejected input changed the report to %+v", r)
 			}
 		})
+	}
+}
+
+// v2With is sample in version 2 with shares, encoded whatever they are.
+func v2With(shares ...ActivatorShare) []byte {
+	r := sample
+	r.Attributed, r.ByActivator = true, shares
+	return r.AppendBinaryV2(nil)
+}
+
+// TestVersion2 round-trips a report with its activator shares, and decodes
+// version 1 as a report without attribution; decoding again into the
+// same Report reuses its shares' array.
+func TestVersion2(t *testing.T) {
+	r := sample
+	r.Attributed = true
+	r.ByActivator = []ActivatorShare{{Activator: ActivatorKey("activator-a"), Concurrency: 1.5, Requests: 30}, {Activator: ActivatorKey("activator-b"), Concurrency: 0.25, Requests: 2}}
+	b, err := r.MarshalBinaryV2()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != BinarySize+1+2*24 || b[0] != Version2 || b[BinarySize] != 2 {
+		t.Fatalf("version 2 with 2 shares: %d bytes, version %d, count %d", len(b), b[0], b[BinarySize])
+	}
+	var got Report
+	if err := got.UnmarshalBinary(b); err != nil || !sameReport(got, r) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
+	}
+	shares := &got.ByActivator[0]
+	if err := got.UnmarshalBinary(b); err != nil || &got.ByActivator[0] != shares {
+		t.Errorf("decoding again did not reuse the shares' array (%v)", err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = got.UnmarshalBinary(b) }); n != 0 {
+		t.Errorf("UnmarshalBinary of version 2 into a Report with room: %v allocs, want 0", n)
+	}
+	if err := got.UnmarshalBinary(sample.AppendBinary(nil)); err != nil || got.Attributed || len(got.ByActivator) != 0 {
+		t.Errorf("version 1 after version 2: %+v, %v; want no attribution", got, err)
+	}
+	// An attributed report without shares is 58 bytes.
+	none := sample
+	none.Attributed = true
+	if err := got.UnmarshalBinary(none.AppendBinaryV2(nil)); err != nil || !got.Attributed || len(got.ByActivator) != 0 {
+		t.Errorf("version 2 without shares: %+v, %v", got, err)
+	}
+	if ActivatorKey("") == 0 || ActivatorKey("a") == ActivatorKey("b") {
+		t.Errorf("activator keys: %x %x %x", ActivatorKey(""), ActivatorKey("a"), ActivatorKey("b"))
 	}
 }
 
@@ -233,7 +293,7 @@ func TestJSON(t *testing.T) {
 		if err == nil || errors.Is(err, ErrMalformed) != tc.malformed || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("json.Unmarshal(%s) error %v, want one containing %q (wrapping ErrMalformed: %v)", tc.in, err, tc.wantErr, tc.malformed)
 		}
-		if r != sample {
+		if !sameReport(r, sample) {
 			t.Errorf("json.Unmarshal(%s) changed the report on error", tc.in)
 		}
 	}
@@ -246,10 +306,18 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add([]byte{Version})
 	f.Add(append(sample.AppendBinary(nil), 0))
 	f.Add(encode(offConcurrency, f64(math.NaN())))
+	f.Add(v2With())
+	f.Add(v2With(ActivatorShare{Activator: 7, Concurrency: 1, Requests: 2}, ActivatorShare{Activator: 9, Concurrency: 0.5, Requests: 3}))
 	f.Fuzz(func(t *testing.T, in []byte) {
+		// A report with shares of its own: a rejected input must leave
+		// them as they were.
 		r := sample
+		r.Attributed = true
+		r.ByActivator = []ActivatorShare{{Activator: 3, Concurrency: 1, Requests: 1}}
+		before := r
+		before.ByActivator = slices.Clone(r.ByActivator)
 		if err := r.UnmarshalBinary(in); err != nil {
-			if r != sample {
+			if !sameReport(r, before) {
 				t.Fatalf("rejected input changed the report")
 			}
 			if !errors.Is(err, ErrMalformed) {
@@ -260,7 +328,11 @@ func FuzzUnmarshal(f *testing.F) {
 		if err := r.Validate(); err != nil {
 			t.Fatalf("accepted an invalid report %+v: %v", r, err)
 		}
-		if out := r.AppendBinary(nil); !bytes.Equal(out, in) {
+		out := r.AppendBinary(nil)
+		if in[0] == Version2 {
+			out = r.AppendBinaryV2(nil)
+		}
+		if !bytes.Equal(out, in) {
 			t.Fatalf("accepted %x but re-encodes it as %x", in, out)
 		}
 	})
@@ -304,6 +376,16 @@ func BenchmarkJSONUnmarshal(b *testing.B) {
 	for b.Loop() {
 		if err := json.Unmarshal(in, &r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+func TestActivatorKeyIsFNV1a(t *testing.T) {
+	for _, name := range []string{"activator-5955c6bdf8-gdh2z", "local", "x"} {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		if got, want := ActivatorKey(name), h.Sum64(); got != want {
+			t.Errorf("ActivatorKey(%q) = %x, want FNV-1a %x", name, got, want)
 		}
 	}
 }

@@ -48,6 +48,20 @@ type Tracker struct {
 	area, proxiedArea int64
 	// requests and proxiedRequests count arrivals since startAt.
 	requests, proxiedRequests uint64
+	// shares are the proxied figures of the activators that named
+	// themselves (StartFrom), the first nshares of them. A share is kept
+	// while it holds a request, so that the End of every request counted
+	// in it finds it; the others are dropped at each Report.
+	shares  [MaxActivatorShares]share
+	nshares int
+}
+
+// share is one activator's part of the proxied figures.
+type share struct {
+	key      uint64
+	held     int64
+	area     int64
+	requests uint64
 }
 
 // NewTracker returns a Tracker whose first period starts at now.
@@ -69,12 +83,71 @@ func (t *Tracker) Start(now time.Time, proxied bool) {
 	t.mu.Unlock()
 }
 
+// StartFrom records a proxied request arriving at now from the activator
+// whose ActivatorKey is activator, and reports whether it is counted in
+// that activator's share: not when activator is 0, nor when
+// MaxActivatorShares other activators hold shares. Either way it counts
+// as proxied. Its End is EndFrom with activator if it was counted in the
+// share, else End with proxied true.
+func (t *Tracker) StartFrom(now time.Time, activator uint64) bool {
+	at := int64(now.Sub(t.base))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advanceLocked(at)
+	t.held++
+	t.requests++
+	t.proxiedHeld++
+	t.proxiedRequests++
+	if activator == 0 {
+		return false
+	}
+	sh := t.shareLocked(activator)
+	if sh == nil {
+		if t.nshares == len(t.shares) {
+			return false
+		}
+		sh = &t.shares[t.nshares]
+		*sh = share{key: activator}
+		t.nshares++
+	}
+	sh.held++
+	sh.requests++
+	return true
+}
+
+// shareLocked returns activator's share, or nil.
+func (t *Tracker) shareLocked(activator uint64) *share {
+	for i := range t.nshares {
+		if t.shares[i].key == activator {
+			return &t.shares[i]
+		}
+	}
+	return nil
+}
+
 // End records a request started with the same proxied value leaving at now.
 // An End without a matching Start is ignored rather than letting the count
 // go negative.
 func (t *Tracker) End(now time.Time, proxied bool) {
 	at := int64(now.Sub(t.base))
 	t.mu.Lock()
+	t.endLocked(at, proxied)
+	t.mu.Unlock()
+}
+
+// EndFrom records a request that StartFrom counted in activator's share
+// leaving at now.
+func (t *Tracker) EndFrom(now time.Time, activator uint64) {
+	at := int64(now.Sub(t.base))
+	t.mu.Lock()
+	t.endLocked(at, true)
+	if sh := t.shareLocked(activator); sh != nil && sh.held > 0 {
+		sh.held--
+	}
+	t.mu.Unlock()
+}
+
+func (t *Tracker) endLocked(at int64, proxied bool) {
 	t.advanceLocked(at)
 	if t.held > 0 {
 		t.held--
@@ -82,7 +155,6 @@ func (t *Tracker) End(now time.Time, proxied bool) {
 	if proxied && t.proxiedHeld > 0 {
 		t.proxiedHeld--
 	}
-	t.mu.Unlock()
 }
 
 // advanceLocked adds the area held from the last event to at.
@@ -90,6 +162,9 @@ func (t *Tracker) advanceLocked(at int64) {
 	if d := at - t.last; d > 0 {
 		t.area += t.held * d
 		t.proxiedArea += t.proxiedHeld * d
+		for i := range t.nshares {
+			t.shares[i].area += t.shares[i].held * d
+		}
 		t.last = at
 	}
 }
@@ -130,6 +205,27 @@ func (t *Tracker) Report(now time.Time) Report {
 		r.ProxiedConcurrency = min(float64(t.proxiedArea)/float64(r.Period), r.Concurrency)
 		t.area, t.proxiedArea = 0, 0
 	}
+	kept := 0
+	for i := range t.nshares {
+		sh := t.shares[i]
+		if sh.requests > 0 || (sh.area > 0 && r.Period > 0) {
+			c := 0.0
+			if r.Period > 0 {
+				c = float64(sh.area) / float64(r.Period)
+				sh.area = 0
+			}
+			r.ByActivator = append(r.ByActivator, ActivatorShare{Activator: sh.key, Concurrency: c, Requests: sh.requests})
+			sh.requests = 0
+		}
+		// A share whose area waits for the next period (a report of
+		// length zero) is kept for it too.
+		if sh.held > 0 || sh.area > 0 {
+			t.shares[kept] = sh
+			kept++
+		}
+	}
+	clear(t.shares[kept:t.nshares])
+	t.nshares = kept
 	t.start, t.startAt = now, at
 	return r
 }

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -42,7 +43,7 @@ func runScript(t *testing.T, steps []step) {
 			want.End = now
 			want.Period = time.Duration(s.ms-prev) * time.Millisecond
 			prev = s.ms
-			if got := tr.Report(now); got != want {
+			if got := tr.Report(now); !sameReport(got, want) {
 				t.Errorf("step %d, report at %dms:\n got %+v\nwant %+v", i, s.ms, got, want)
 			}
 		default:
@@ -139,7 +140,7 @@ func TestTrackerClockBackwards(t *testing.T) {
 	// The clock jumps back before the period start.
 	r := tr.Report(at(500))
 	want := Report{End: at(1000), Requests: 1, ProxiedRequests: 1}
-	if r != want {
+	if !sameReport(r, want) {
 		t.Fatalf("report with now before the period start:\n got %+v\nwant %+v", r, want)
 	}
 	if err := r.Validate(); err != nil {
@@ -150,7 +151,7 @@ func TestTrackerClockBackwards(t *testing.T) {
 	// between 1000 and 1100 that the empty report could not carry.
 	r = tr.Report(at(2000))
 	want = Report{End: at(2000), Period: time.Second, Concurrency: 1.9, ProxiedConcurrency: 0.9}
-	if r != want {
+	if !sameReport(r, want) {
 		t.Fatalf("report after the clock recovered:\n got %+v\nwant %+v", r, want)
 	}
 }
@@ -345,4 +346,53 @@ func BenchmarkTrackerStartEndParallelNow(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestTrackerSharesByActivator: requests from activators that named
+// themselves are counted in their shares, within the proxied figures; a
+// share lives while it holds a request; past MaxActivatorShares, or
+// unnamed, a request counts as proxied in no share.
+func TestTrackerSharesByActivator(t *testing.T) {
+	tr := NewTracker(t0)
+	a, b := ActivatorKey("activator-a"), ActivatorKey("activator-b")
+	if !tr.StartFrom(at(0), a) || !tr.StartFrom(at(500), b) || tr.StartFrom(at(500), 0) {
+		t.Fatal("StartFrom counted a named request in no share, or an unnamed one in one")
+	}
+	tr.EndFrom(at(750), b)
+	tr.End(at(750), true)
+	r := tr.Report(at(1000))
+	want := Report{End: at(1000), Period: time.Second, Concurrency: 1.5, ProxiedConcurrency: 1.5, Requests: 3, ProxiedRequests: 3,
+		ByActivator: []ActivatorShare{{Activator: a, Concurrency: 1, Requests: 1}, {Activator: b, Concurrency: 0.25, Requests: 1}}}
+	if !sameReport(r, want) {
+		t.Fatalf("report\n got %+v\nwant %+v", r, want)
+	}
+	r.Attributed = true
+	if err := r.Validate(); err != nil {
+		t.Fatalf("the tracker's report does not validate: %v", err)
+	}
+
+	// b held nothing at the report: its share is gone, and a's stays.
+	r = tr.Report(at(2000))
+	if len(r.ByActivator) != 1 || r.ByActivator[0] != (ActivatorShare{Activator: a, Concurrency: 1}) {
+		t.Fatalf("second period's shares %+v, want a's alone, holding 1", r.ByActivator)
+	}
+	tr.EndFrom(at(2000), a)
+	if r := tr.Report(at(3000)); len(r.ByActivator) != 0 {
+		t.Fatalf("shares after every request left: %+v", r.ByActivator)
+	}
+
+	// Every share taken: the next activator's requests are proxied, in
+	// no share.
+	for i := range MaxActivatorShares {
+		if !tr.StartFrom(at(3000), ActivatorKey(fmt.Sprint("activator-", i))) {
+			t.Fatalf("activator %d found no share", i)
+		}
+	}
+	if tr.StartFrom(at(3000), ActivatorKey("one-too-many")) {
+		t.Fatal("a share past MaxActivatorShares")
+	}
+	r = tr.Report(at(4000))
+	if len(r.ByActivator) != MaxActivatorShares || r.ProxiedConcurrency != MaxActivatorShares+1 {
+		t.Fatalf("%d shares, proxied %v; want %d shares and every request proxied", len(r.ByActivator), r.ProxiedConcurrency, MaxActivatorShares)
+	}
 }

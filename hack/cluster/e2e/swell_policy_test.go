@@ -131,7 +131,7 @@ func scaleUnchanged(cs kubernetes.Interface, ns, name string) func(ctx context.C
 func TestSwellPoliciesTypeCheck(t *testing.T) {
 	t.Parallel()
 	e := swellSetup(t)
-	want := []string{policyDeployments, policyEndpoints, policyKubeSystem, policyScale, policyServices, policyWebhooks}
+	want := []string{policyDeployments, policyEndpoints, policyKubeSystem, policyPods, policyScale, policyServices, policyWebhooks}
 	e.eventually("Swell's admission policies checked without warnings", func(ctx context.Context) error {
 		list, err := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -40,6 +40,8 @@ const (
 	leaseName        = "swell-autoscaler"
 	activatorPort    = "http"
 	queueProxyPort   = 8012
+	// activators is how many activators the suite runs.
+	activators = 3
 	// installTimeout bounds Swell's install: the images are on the node
 	// already, so this is the control plane, the containers' start and the
 	// readiness probes.
@@ -72,6 +74,17 @@ var installSwell = sync.OnceValue(func() error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
+	}
+	// Three activators rather than deploy/'s two, so that every test
+	// splits a service's capacity among several and the pods count each
+	// one's requests apart.
+	scale, err := cs.AppsV1().Deployments(swellNamespace).GetScale(ctx, "activator", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	scale.Spec.Replicas = activators
+	if _, err := cs.AppsV1().Deployments(swellNamespace).UpdateScale(ctx, "activator", scale, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scale the activators to %d: %w", activators, err)
 	}
 	// Short windows, so that scaling to zero happens within a test: the
 	// ConfigMap is reloaded without a restart.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -221,6 +222,19 @@ func (c callerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set(testCallerHeader, c.ip)
 	return c.rt.RoundTrip(r)
+}
+
+// waitQueued waits until n requests wait in key's queue: a request joins
+// it a moment after the clock sees its wait's bound armed.
+func (e *testEnv) waitQueued(t testing.TB, key service.Key, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for got, _ := e.a.Queued(key); got != n; got, _ = e.a.Queued(key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d requests queued, want %d (%s)", key, got, n, what)
+		}
+		runtime.Gosched()
+	}
 }
 
 // waitRoutable waits until the service has n routable pods.

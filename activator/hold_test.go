@@ -59,9 +59,8 @@ func TestCallerShareOfQueue(t *testing.T) {
 	}
 	held = append(held, e.send(ctx, other, "hello.default"))
 	e.clk.queued(t, DefaultQueueTimeout)
-	if n, _ := e.a.Queued(helloKey); n != 3 {
-		t.Errorf("%d requests queued, want the flooding caller's 2 and the other's 1", n)
-	}
+	// The wait's bound is armed just before the request joins the queue.
+	e.waitQueued(t, helloKey, 3, "the flooding caller's 2 and the other's 1")
 
 	pod := newFakePod(t, "p1", true)
 	src.Set(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{pod.pod()}})
@@ -106,9 +105,7 @@ func TestHeldAcrossServicesIsBounded(t *testing.T) {
 	}
 	e.send(ctx, clientFrom("127.0.0.4"), "b.default")
 	e.clk.queued(t, DefaultQueueTimeout)
-	if n, _ := e.a.Queued(b); n != 2 {
-		t.Errorf("service b: %d queued once there was room, want 2", n)
-	}
+	e.waitQueued(t, b, 2, "service b's 2 once there was room")
 }
 
 // heldThenGone holds a request for a service with no pod, then removes

@@ -64,6 +64,7 @@ type QueueProxy struct {
 	metrics  *metrics
 
 	handler                    http.Handler
+	upstream                   http.RoundTripper // to the app
 	serving, admin, metricsSrv *http.Server
 	drainOnce                  sync.Once
 	waiters                    drainWaiters
@@ -140,7 +141,9 @@ func (q *QueueProxy) buildHandler() http.Handler {
 		admit = func(next http.Handler) http.Handler { return &admission{next: next, breaker: q.breaker} }
 	}
 	// Outermost first: each stage sees only what the ones above let through.
-	return proxy.Chain(newProxy(q.cfg.UserPort, q.log),
+	up := newProxy(q.cfg.UserPort, q.log)
+	q.upstream = up.Transport
+	return proxy.Chain(up,
 		// Probes are answered here and are not traffic.
 		func(next http.Handler) http.Handler {
 			return &probeHandler{next: next, prober: q.prober, draining: q.drainer.Draining}
@@ -261,6 +264,9 @@ func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.List
 	defer func() {
 		cancel()
 		wg.Wait()
+		// Nothing is proxied any more: the idle connections to the app go
+		// too.
+		(&http.Client{Transport: q.upstream}).CloseIdleConnections()
 	}()
 	wg.Go(func() { q.prober.run(ctx) })
 	ticker := q.clock.NewTicker(ReportingPeriod)

@@ -702,6 +702,7 @@ func TestChainDrain(t *testing.T) {
 
 	// Requests that still arrive are served, and told to reconnect.
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: false}}
+	defer client.CloseIdleConnections()
 	res, err = client.Get(r.url + "/late")
 	if err != nil {
 		t.Fatal(err)

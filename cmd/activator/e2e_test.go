@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -503,5 +504,47 @@ func TestSIGTERMAfterLoopbackDrainKeepsDraining(t *testing.T) {
 	}
 	if exited, err := a.proc.Wait(startTimeout); !exited || err != nil {
 		t.Errorf("exited %v, err %v; want exit 0", exited, err)
+	}
+}
+
+// TestDrainClosesKeepAlives: once a drain starts, the activator closes
+// its clients' idle keep-alive connections and answers on a connection it
+// then closes, so clients reconnect (kube-proxy sends them to another
+// activator) instead of keeping its quiet period from ever coming.
+func TestDrainClosesKeepAlives(t *testing.T) {
+	p := newPod(t)
+	a := startActivator(t, servicesJSON(0, p), "DRAIN_QUIET_PERIOD", "5s", "DRAIN_TIMEOUT", "20s")
+	p.start(t, 0)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	send := func() (reused, closed bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.serve+"/", nil)
+		req.Host = svcHost
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d, want 200", resp.StatusCode)
+		}
+		return reused, resp.Close
+	}
+	send()
+	if reused, closed := send(); !reused || closed {
+		t.Fatalf("before the drain: reused %v, closed %v; want the connection kept and reused", reused, closed)
+	}
+	resp, err := http.Post(a.admin+network.DrainPath, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if reused, closed := send(); reused || !closed {
+		t.Errorf("during the drain: reused %v, closed %v; want a new connection, closed after the answer", reused, closed)
 	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"reflect"
 	"slices"
 	"strings"
@@ -95,6 +96,7 @@ func TestStatsPortIsConfigurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.queue.ShutDown)
 	r := c.router.(*fakeRouter)
 	key := service.Key{Namespace: testNS, Name: "a"}
 	r.setPods(key, "10.0.0.1", "fd00::1")
@@ -340,6 +342,12 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its queue lives until Run returns: run it for no time.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		store.Run(ctx)
+	})
 	b, err := NewBackend(BackendConfig{Client: cs, Informers: f, Router: newFakeRouter(), Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
@@ -365,6 +373,7 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.queue.ShutDown)
 	if err := c.Run(t.Context(), 0); err == nil {
 		t.Error("Run with 0 workers: no error")
 	}

@@ -95,6 +95,17 @@ func (t byProtocol) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.h1.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the idle connections of both protocols, as
+// http.Client.CloseIdleConnections expects of a transport: a server that
+// stops closes its way to its upstreams too.
+func (t byProtocol) CloseIdleConnections() {
+	for _, rt := range []http.RoundTripper{t.h1, t.h2} {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}
+}
+
 // SetForwarded sets the X-Forwarded-* headers of pr.Out. X-Forwarded-For
 // gains this hop's client; X-Forwarded-Host, X-Forwarded-Proto and
 // Forwarded keep the values a proxy in front set (the ingress that

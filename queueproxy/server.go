@@ -221,9 +221,9 @@ func loopbackOnly(h http.Handler) http.Handler {
 func (q *QueueProxy) StartDrain() {
 	q.drainOnce.Do(func() {
 		q.log.Info("draining", zap.Duration("quietPeriod", q.cfg.DrainQuietPeriod), zap.Duration("timeout", q.cfg.DrainTimeout))
-		// Clients should reconnect, likely elsewhere, rather than keep
-		// sending on connections to a pod that is going away.
-		q.serving.SetKeepAlivesEnabled(false)
+		// Clients reconnect, likely elsewhere, rather than keep sending on
+		// connections to a pod that is going away: the drainer's handler
+		// closes each connection after its next answer.
 		q.drainer.Start()
 	})
 }

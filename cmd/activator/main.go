@@ -142,10 +142,6 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 
 	d := drain.New(clock.RealClock{}, cfg.DrainQuietPeriod, cfg.DrainTimeout)
 	srvs := newServers(d.Handler(act), adminHandler(d, act), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// Once draining, clients reconnect, and kube-proxy sends them to
-	// another activator, rather than keep sending on their connections to
-	// this one: the drain's quiet period would never come.
-	d.OnStart(func() { srvs.serving.SetKeepAlivesEnabled(false) })
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -29,24 +29,6 @@ type Drainer struct {
 	once     sync.Once
 	done     chan struct{}
 	timedOut atomic.Bool
-
-	mu      sync.Mutex
-	onStart []func()
-}
-
-// OnStart registers f, called once when the drain starts, before Start
-// returns; if it has started, f is called at once. A server closes its
-// keep-alive connections there, so that clients reconnect, likely to
-// another replica, rather than keep sending to one that is going away.
-func (d *Drainer) OnStart(f func()) {
-	d.mu.Lock()
-	if !d.draining.Load() {
-		d.onStart = append(d.onStart, f)
-		d.mu.Unlock()
-		return
-	}
-	d.mu.Unlock()
-	f()
 }
 
 // New returns a Drainer whose drains end after quiet with nothing in
@@ -67,6 +49,14 @@ func (t *tracked) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.d.arrivals.Add(1)
 	t.d.inFlight.Add(1)
 	defer t.d.inFlight.Add(-1)
+	if t.d.draining.Load() && r.ProtoMajor == 1 {
+		// The connection closes after this answer, which says so: the
+		// client reconnects, likely to another replica, rather than keep
+		// sending here and holding the quiet period off. Closing idle
+		// connections instead would race with a client about to send on
+		// one, and lose a request it cannot retry (a POST).
+		w.Header().Set("Connection", "close")
+	}
 	t.next.ServeHTTP(w, r)
 }
 
@@ -83,14 +73,7 @@ func (d *Drainer) TimedOut() bool { return d.timedOut.Load() }
 // Start starts the drain, once; later calls do nothing.
 func (d *Drainer) Start() {
 	d.once.Do(func() {
-		d.mu.Lock()
 		d.draining.Store(true)
-		hooks := d.onStart
-		d.onStart = nil
-		d.mu.Unlock()
-		for _, f := range hooks {
-			f()
-		}
 		now := d.clock.Now()
 		s := newDrainState(now, d.quiet, d.timeout, d.arrivals.Load())
 		if end, timedOut := s.observe(now, d.inFlight.Load(), d.arrivals.Load()); end {

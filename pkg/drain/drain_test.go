@@ -3,7 +3,6 @@ package drain
 import (
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"testing"
 	"time"
 
@@ -211,22 +210,5 @@ func TestDrainerIdleWithZeroQuiet(t *testing.T) {
 	case <-d.Done():
 	default:
 		t.Fatal("nothing in flight and no quiet period: the drain should end at once")
-	}
-}
-
-// TestOnStart: the hooks run once, when the drain starts; one registered
-// after runs at once.
-func TestOnStart(t *testing.T) {
-	d := New(testclock.NewFakeClock(time.Unix(0, 0)), time.Second, time.Minute)
-	var calls []string
-	d.OnStart(func() { calls = append(calls, "before") })
-	if len(calls) != 0 {
-		t.Fatalf("a hook ran before the drain: %v", calls)
-	}
-	d.Start()
-	d.Start()
-	d.OnStart(func() { calls = append(calls, "after") })
-	if !slices.Equal(calls, []string{"before", "after"}) {
-		t.Fatalf("hooks ran %v, want before once then after", calls)
 	}
 }

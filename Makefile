@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check staticcheck actionlint tidy-check unit fuzz bench images push clean swell-cluster e2e cluster-up cluster-down
+.PHONY: all build test vet fmt-check staticcheck actionlint tidy-check unit fuzz bench soak images push clean swell-cluster e2e chaos cluster-up cluster-down
 
 all: build
 
@@ -71,6 +71,14 @@ push: images
 bench:
 	$(GO) run ./hack/bench -gobench
 
+## soak: `swell local` with 30 services scaling to zero and back under
+## `swell load` for SOAK_DURATION, every Swell process sampled once a
+## minute; the samples, a chart and a summary with a verdict go to
+## $(BIN)/soak (docs/reliability.md). Not part of `test`.
+SOAK_DURATION ?= 30m
+soak:
+	$(GO) run ./hack/soak -duration $(SOAK_DURATION) -out $(BIN)/soak
+
 ## e2e: the harness's own tests; then a real Kubernetes cluster
 ## (hack/cluster, its own module): a control plane and a node of
 ## containerd, runc, the kubelet, kube-proxy and kube-scheduler; the
@@ -90,6 +98,19 @@ e2e: swell-cluster
 	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster build >/dev/null
 	cd hack/cluster && SWELL_CLUSTER_IT=1 $(GO) test -count=1 -timeout 15m ./controlplane ./node
 	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster e2e
+
+## chaos: the chaos suite (docs/reliability.md): a fresh cluster running
+## Swell's images, a steady open-loop load at a service's ClusterIP, and
+## one fault at a time, each CHAOS_REPEAT times (leader killed and deleted,
+## an activator deleted and the activators rolled, an app pod deleted and
+## the app rolled, the activators cut off from the autoscaler, scale to zero
+## and back); it prints the table of what came of every request and writes
+## it to $(BIN)/chaos.md, and fails if a request was lost. About 15 minutes;
+## not part of `test`. Needs what `e2e` needs.
+CHAOS_REPEAT ?= 2
+chaos: swell-cluster
+	cd hack/cluster && SWELL_CHAOS=1 SWELL_CHAOS_REPEAT=$(CHAOS_REPEAT) SWELL_CHAOS_REPORT=$(CURDIR)/$(BIN)/chaos.md \
+	  $(CURDIR)/$(BIN)/swell-cluster e2e -- -test.run '^TestChaos$$'
 
 ## cluster-up / cluster-down: keep a cluster named $(CLUSTER) up while
 ## working; `bin/swell-cluster exec --name $(CLUSTER) -- kubectl get pods`.

@@ -369,12 +369,17 @@ func Run(ctx context.Context, o Config) (Result, error) {
 	if u.RawQuery != "" || u.ForceQuery {
 		g.sep = "&"
 	}
-	attackOpts := []func(*vegeta.Attacker){vegeta.Client(o.newClient())}
+	client := o.newClient()
+	attackOpts := []func(*vegeta.Attacker){vegeta.Client(client)}
 	if p.workers > 0 {
 		attackOpts = append(attackOpts, vegeta.Workers(p.workers), vegeta.MaxWorkers(p.workers))
 	}
 	atk := vegeta.NewAttacker(attackOpts...)
-	return g.run(ctx, atk), nil
+	res := g.run(ctx, atk)
+	// The client is this run's alone: its idle connections would stay
+	// open for as long as the caller's process lives, one set per run.
+	client.CloseIdleConnections()
+	return res, nil
 }
 
 // generator is one run in progress.

@@ -422,3 +422,33 @@ func TestResultPrintAndJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestRunClosesItsConnections(t *testing.T) {
+	var open atomic.Int64
+	closed := make(chan struct{}, 100)
+	srv := httptest.NewUnstartedServer(&counter{})
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+			closed <- struct{}{}
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	// A program that runs load again and again (a soak) must not pile up
+	// one set of idle connections per run.
+	for i := range 3 {
+		run(t, Config{URL: srv.URL, Rate: 100, Duration: 100 * ms})
+		deadline := time.After(10 * time.Second)
+		for open.Load() > 0 {
+			select {
+			case <-closed:
+			case <-deadline:
+				t.Fatalf("run %d: %d connections still open after Run returned", i+1, open.Load())
+			}
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swell-run/swell/pkg/axis"
+
 	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
@@ -117,28 +119,9 @@ func seriesMax(tl []Second, fs ...func(*Second) float64) float64 {
 	return m
 }
 
-// niceCeil returns the axis top and its tick step for values up to m.
-func niceCeil(m float64) (top, step float64) {
-	if m <= 0 {
-		return 1, 1
-	}
-	raw := m / 4
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, f := range []float64{1, 2, 2.5, 5, 10} {
-		if f*mag >= raw {
-			step = f * mag
-			break
-		}
-	}
-	if step < 1 && m >= 1 {
-		step = 1
-	}
-	return math.Ceil(m/step) * step, step
-}
-
 // panel draws a panel's frame, horizontal grid and value axis.
 func panel(w *bufio.Writer, top, maxV float64, label string, n int, xOf func(float64) float64) {
-	axisTop, step := niceCeil(maxV)
+	axisTop, step := axis.NiceCeil(maxV)
 	left, right := xOf(0), xOf(float64(max(n, 1)))
 	for v := 0.0; v <= axisTop+step/2; v += step {
 		y := top + panelHeight - panelHeight*v/axisTop
@@ -154,7 +137,7 @@ func line(w *bufio.Writer, tl []Second, f func(*Second) float64, top, maxV float
 	if len(tl) == 0 {
 		return
 	}
-	axisTop, _ := niceCeil(maxV)
+	axisTop, _ := axis.NiceCeil(maxV)
 	yOf := func(v float64) float64 { return top + panelHeight - panelHeight*v/axisTop }
 	bucket := (len(tl) + maxPoints - 1) / maxPoints
 	var b strings.Builder

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/swell-run/swell/pkg/axis"
 )
 
 // The chart: the judged figures and their context over the run's minutes,
@@ -92,7 +94,7 @@ func writeChart(w io.Writer, title string, rows []row, half time.Duration) error
 				}
 			}
 		}
-		axisTop, step := niceCeil(top1)
+		axisTop, step := axis.NiceCeil(top1)
 		yOf := func(v float64) float64 { return top + panelHeight - panelHeight*v/axisTop }
 		// Grid and value axis.
 		for v := 0.0; v <= axisTop+step/2; v += step {
@@ -164,25 +166,6 @@ func scaled(v float64, u unit) float64 {
 		return v / (1 << 20)
 	}
 	return v
-}
-
-// niceCeil returns the axis top and its tick step for values up to m.
-func niceCeil(m float64) (top, step float64) {
-	if m <= 0 {
-		return 1, 1
-	}
-	raw := m / 4
-	mag := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, f := range []float64{1, 2, 2.5, 5, 10} {
-		if f*mag >= raw {
-			step = f * mag
-			break
-		}
-	}
-	if step < 1 && m >= 1 {
-		step = 1
-	}
-	return math.Ceil(m/step) * step, step
 }
 
 // legend lists a panel's series at its top right, right to left.

@@ -101,13 +101,3 @@ func TestChartOfShortRunCountsSeconds(t *testing.T) {
 		t.Errorf("%d lines, want the one of replicas running", len(doc.Polylines))
 	}
 }
-
-func TestNiceCeil(t *testing.T) {
-	for _, c := range []struct{ m, top, step float64 }{
-		{0, 1, 1}, {3, 3, 1}, {37, 40, 10}, {260, 300, 100}, {1852, 2000, 500}, {0.3, 0.3, 0.1},
-	} {
-		if top, step := niceCeil(c.m); math.Abs(top-c.top) > 1e-9 || math.Abs(step-c.step) > 1e-9 {
-			t.Errorf("niceCeil(%g) = %g, %g; want %g, %g", c.m, top, step, c.top, c.step)
-		}
-	}
-}

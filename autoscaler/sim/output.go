@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // TimelineHeader is the timeline CSV's header; docs/sim.md describes each
@@ -75,6 +76,9 @@ func WriteSummary(w io.Writer, s Summary) error {
 	p("simulated", "%s", s.Duration)
 	p("requests", "%d arrived, %d completed, %d rejected, %d unfinished", s.Requests, s.Completed, s.Rejected, s.Unfinished)
 	p("pods", "%.1f pod-seconds (%.1f ready), at most %d (%d ready), %d started", s.PodSeconds, s.ReadyPodSeconds, s.MaxPods, s.MaxReady, s.PodStarts)
+	if s.OraclePodSeconds > 0 {
+		p("vs oracle", "%s the clairvoyant bound's %.1f pod-seconds", s.OracleRatio(), s.OraclePodSeconds)
+	}
 	p("cold starts", "%d (arrived with no pod ready)", s.ColdStarts)
 	if s.Waited > 0 {
 		p("waited", "%d for a pod: p50 %s  p99 %s  max %s", s.Waited, round(s.WaitP50), round(s.WaitP99), round(s.WaitMax))
@@ -100,8 +104,17 @@ func round(d time.Duration) time.Duration {
 	return d
 }
 
+// OracleRatio is PodSeconds over OraclePodSeconds, as "1.84×"; "-" when
+// the bound is unknown or zero.
+func (s Summary) OracleRatio() string {
+	if !(s.OraclePodSeconds > 0) {
+		return "-"
+	}
+	return strconv.FormatFloat(s.PodSeconds/s.OraclePodSeconds, 'f', 2, 64) + "×"
+}
+
 // ComparisonColumns are the comparison table's columns.
-var ComparisonColumns = []string{"policy", "pod-seconds", "cold starts", "waited", "p99 wait", "rejected", "max pods"}
+var ComparisonColumns = []string{"policy", "pod-seconds", "× oracle", "cold starts", "waited", "p50 wait", "p99 wait", "rejected", "max pods"}
 
 // WriteComparison writes one row per summary under ComparisonColumns,
 // aligned for a terminal: names on the left, numbers on the right.
@@ -111,17 +124,20 @@ func WriteComparison(w io.Writer, sums []Summary) error {
 		rows = append(rows, []string{
 			string(s.Class),
 			strconv.FormatFloat(s.PodSeconds, 'f', 1, 64),
+			s.OracleRatio(),
 			strconv.Itoa(s.ColdStarts),
 			strconv.Itoa(s.Waited),
+			round(s.WaitP50).String(),
 			round(s.WaitP99).String(),
 			strconv.Itoa(s.Rejected),
 			strconv.Itoa(s.MaxPods),
 		})
 	}
+	// Widths in runes, as fmt pads ("×" is one).
 	width := make([]int, len(ComparisonColumns))
 	for _, r := range rows {
 		for i, c := range r {
-			width[i] = max(width[i], len(c))
+			width[i] = max(width[i], utf8.RuneCountInString(c))
 		}
 	}
 	bw := bufio.NewWriter(w)

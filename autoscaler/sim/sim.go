@@ -156,6 +156,10 @@ type Summary struct {
 	MaxPods         int     `json:"max_pods"`
 	MaxReady        int     `json:"max_ready"`
 	PodStarts       int     `json:"pod_starts"`
+	// OraclePodSeconds is the clairvoyant bound's pod-seconds on the same
+	// traffic (RunOracle), when the caller computed it: PodSeconds over it
+	// is how many times the least possible this run spent. 0: unknown.
+	OraclePodSeconds float64 `json:"oracle_pod_seconds,omitempty"`
 
 	// ColdStarts counts requests that arrived when no pod was ready.
 	ColdStarts int `json:"cold_starts"`

@@ -387,16 +387,16 @@ func TestRunValidates(t *testing.T) {
 func TestWriteComparison(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteComparison(&b, []Summary{
-		{Class: "kpa", PodSeconds: 1234.56, ColdStarts: 3, Waited: 12, WaitP99: 1234567 * time.Microsecond, MaxPods: 7},
+		{Class: "kpa", PodSeconds: 1234.56, OraclePodSeconds: 600, ColdStarts: 3, Waited: 12, WaitP50: 20 * time.Millisecond, WaitP99: 1234567 * time.Microsecond, MaxPods: 7},
 		{Class: "exponential", PodSeconds: 99, Rejected: 4, MaxPods: 12},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "" +
-		"policy       pod-seconds  cold starts  waited  p99 wait  rejected  max pods\n" +
-		"kpa               1234.6            3      12    1.235s         0         7\n" +
-		"exponential         99.0            0       0        0s         4        12\n"
+		"policy       pod-seconds  × oracle  cold starts  waited  p50 wait  p99 wait  rejected  max pods\n" +
+		"kpa               1234.6     2.06×            3      12      20ms    1.235s         0         7\n" +
+		"exponential         99.0         -            0       0        0s        0s         4        12\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}

@@ -83,6 +83,7 @@ type simFlags struct {
 	queueLimit           int
 	routeDelay           time.Duration
 	policy               string
+	sweep                string
 
 	out        string
 	timeline   string
@@ -144,7 +145,8 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.IntVar(&f.podCapacity, "pod-capacity", 0, "`N` requests a pod serves at full speed; beyond, they share it and slow down (0: --container-concurrency, or unlimited)")
 	fs.IntVar(&f.queueLimit, "queue-limit", 0, "reject requests beyond `N` waiting at the activator or at one pod's queue-proxy (0: unbounded)")
 	fs.DurationVar(&f.routeDelay, "route-delay", 0, "how long switching traffic between the activator and the pods takes")
-	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid (one is the same as --class)")
+	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid, and oracle, the clairvoyant bound (one is the same as --class)")
+	fs.StringVar(&f.sweep, "sweep", "", "`KEY=V1,V2,...`: run the policy (--class, or the first of --policy) at each value of an autoscaling key and chart cost against waits, with the other policies (--policy's others; all at their defaults without it) and the oracle as points")
 
 	fs.StringVar(&f.out, "out", "", "write timeline.csv, summary.txt, summary.json and chart.svg into this `directory` (one subdirectory per policy with several)")
 	fs.StringVar(&f.timeline, "timeline", "", "write the timeline CSV to this `file` (one policy)")
@@ -159,12 +161,21 @@ type simPlan struct {
 	observations []sim.Observation
 	initialReady int
 
-	// traffic mode
+	// traffic mode: specs[i] runs as policy names[i], which is the spec's
+	// class or sim.Oracle (the bound, computed with the default class's
+	// spec for the pods' concurrency)
 	specs   []autoscaling.Spec
+	names   []string
 	cfg     sim.Config
 	records []trace.Record
 	profile *sim.Profile
 	traffic string // a description for the summary
+
+	// sweep mode: sweepSpecs[i] is names[0]'s spec with sweepKey set to
+	// sweepValues[i]; specs and names are then the points
+	sweepKey    string
+	sweepValues []string
+	sweepSpecs  []autoscaling.Spec
 
 	out, timeline, chart, summary, writeTrace string
 }
@@ -308,9 +319,10 @@ func parseSim(args []string) (*simPlan, error) {
 		}
 		for _, name := range strings.Split(f.policy, ",") {
 			name = strings.TrimSpace(name)
-			if !slices.Contains(autoscaling.Classes(), autoscaling.Class(name)) {
+			if name != string(sim.Oracle) && !slices.Contains(autoscaling.Classes(), autoscaling.Class(name)) {
 				return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: name, Problem: "is not a class",
-					Accepted: "a comma-separated list of " + classList(), Suggestion: spelling.Suggest(name, classNames())})
+					Accepted: "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
+					Suggestion: spelling.Suggest(name, append(classNames(), string(sim.Oracle)))})
 			}
 			if slices.Contains(policies, name) {
 				return nil, usagef("--policy %q: %s is listed twice", f.policy, name)
@@ -319,6 +331,9 @@ func parseSim(args []string) (*simPlan, error) {
 		}
 		if input == "--observations" && len(policies) > 1 {
 			return nil, usagef("--policy %q: --observations replays one decider; give one class", f.policy)
+		}
+		if input == "--observations" && policies[0] == string(sim.Oracle) {
+			return nil, usagef("--policy oracle: the bound is computed from traffic (--trace or --profile), not from --observations")
 		}
 	}
 	p := &simPlan{}
@@ -329,6 +344,7 @@ func parseSim(args []string) (*simPlan, error) {
 			return &usageError{msg: err.Error()}
 		}
 		p.specs = append(p.specs, spec)
+		p.names = append(p.names, string(spec.Class))
 		defaults = d
 		return nil
 	}
@@ -338,10 +354,21 @@ func parseSim(args []string) (*simPlan, error) {
 		}
 	}
 	for _, name := range policies {
-		if err := fs.Set(autoscaling.KeyClass, name); err != nil {
+		class := name
+		if name == string(sim.Oracle) {
+			class = string(autoscaling.ClassKPA)
+		}
+		if err := fs.Set(autoscaling.KeyClass, class); err != nil {
 			return nil, err
 		}
 		if err := resolve(); err != nil {
+			return nil, err
+		}
+		p.names[len(p.names)-1] = name
+	}
+
+	if set["sweep"] {
+		if err := p.resolveSweep(fs, &f, set, input, len(policies) > 0, resolve); err != nil {
 			return nil, err
 		}
 	}
@@ -372,7 +399,7 @@ func parseSim(args []string) (*simPlan, error) {
 		// leaving the flag out says.
 		return nil, usagef("--duration %s: accepted is a positive duration, such as 30m", f.duration)
 	}
-	if len(p.specs) > 1 {
+	if len(p.specs) > 1 && p.sweepKey == "" {
 		if err := notWith([]string{"timeline", "chart", "summary"}, "writes one policy's output: with several policies use --out DIR"); err != nil {
 			return nil, err
 		}
@@ -528,30 +555,18 @@ func simulate(ctx context.Context, p *simPlan, s streams) error {
 			return err
 		}
 	}
-	results := make([]*sim.Result, len(p.specs))
-	errs := make([]error, len(p.specs))
-	elapsed := make([]time.Duration, len(p.specs))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for i, spec := range p.specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			cfg := p.cfg
-			cfg.Spec = spec
-			start := time.Now()
-			results[i], errs[i] = sim.Run(ctx, cfg, p.source())
-			elapsed[i] = time.Since(start)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	// The bound, once: every summary gives its pod-seconds as a multiple
+	// of the oracle's.
+	bound, err := sim.RunOracle(ctx, withSpec(p.cfg, p.specs[0]), p.source())
+	if err != nil {
 		return err
 	}
-	for i, r := range results {
-		fmt.Fprintf(s.stderr, "swell sim: %s: simulated %s in %s\n", r.Summary.Class, r.Summary.Duration, elapsed[i].Round(time.Millisecond))
+	if p.sweepKey != "" {
+		return sweep(ctx, p, bound, s)
+	}
+	results, err := runAll(ctx, p, p.specs, p.names, bound, s)
+	if err != nil {
+		return err
 	}
 
 	if len(results) == 1 {
@@ -618,10 +633,183 @@ func simulate(ctx context.Context, p *simPlan, s streams) error {
 	})
 }
 
+// runAll runs each spec as the policy names[i] says (the oracle is bound,
+// computed already), concurrently up to the machine's cores, and gives
+// every summary the bound's pod-seconds.
+func runAll(ctx context.Context, p *simPlan, specs []autoscaling.Spec, names []string, bound *sim.Result, s streams) ([]*sim.Result, error) {
+	results := make([]*sim.Result, len(specs))
+	errs := make([]error, len(specs))
+	elapsed := make([]time.Duration, len(specs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		if names[i] == string(sim.Oracle) {
+			results[i] = bound
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			start := time.Now()
+			results[i], errs[i] = sim.Run(ctx, withSpec(p.cfg, spec), p.source())
+			elapsed[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for i, r := range results {
+		r.Summary.OraclePodSeconds = bound.Summary.PodSeconds
+		if names[i] != string(sim.Oracle) {
+			fmt.Fprintf(s.stderr, "swell sim: %s: simulated %s in %s\n", r.Summary.Class, r.Summary.Duration, elapsed[i].Round(time.Millisecond))
+		}
+	}
+	return results, nil
+}
+
+// sweep runs the swept policy at each value and the points, prints the
+// comparison (the swept runs named KEY=VALUE) and draws the frontier.
+func sweep(ctx context.Context, p *simPlan, bound *sim.Result, s streams) error {
+	names := make([]string, len(p.sweepSpecs))
+	for i := range names {
+		names[i] = string(p.sweepSpecs[i].Class)
+	}
+	swept, err := runAll(ctx, p, p.sweepSpecs, names, bound, s)
+	if err != nil {
+		return err
+	}
+	points, err := runAll(ctx, p, p.specs, p.names, bound, s)
+	if err != nil {
+		return err
+	}
+	var sums []sim.Summary
+	var line, others []sim.FrontierPoint
+	for i, r := range swept {
+		sum := r.Summary
+		label := p.sweepKey + "=" + p.sweepValues[i]
+		sum.Class = autoscaling.Class(string(sum.Class) + " " + label)
+		sums = append(sums, sum)
+		line = append(line, sim.FrontierPoint{Label: p.sweepValues[i], Summary: r.Summary})
+	}
+	for _, r := range points {
+		sums = append(sums, r.Summary)
+		others = append(others, sim.FrontierPoint{Label: string(r.Summary.Class), Summary: r.Summary})
+	}
+	var table bytes.Buffer
+	fmt.Fprintf(&table, "%s\n\n", p.traffic)
+	if err := sim.WriteComparison(&table, sums); err != nil {
+		return err
+	}
+	if _, err := s.stdout.Write(table.Bytes()); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("%s at %s = %s", p.sweepSpecs[0].Class, p.sweepKey, strings.Join(p.sweepValues, ", "))
+	draw := func(w io.Writer) error {
+		return sim.WriteFrontier(w, title, fmt.Sprintf("%s as %s varies", p.sweepSpecs[0].Class, p.sweepKey), line, others)
+	}
+	if p.chart != "" {
+		if err := writeFile(p.chart, draw); err != nil {
+			return err
+		}
+	}
+	if p.out != "" {
+		if err := os.MkdirAll(p.out, 0o755); err != nil {
+			return fmt.Errorf("--out: %w", err)
+		}
+		if err := writeFile(filepath.Join(p.out, "frontier.svg"), draw); err != nil {
+			return err
+		}
+		return writeFile(filepath.Join(p.out, "comparison.txt"), func(w io.Writer) error {
+			_, err := w.Write(table.Bytes())
+			return err
+		})
+	}
+	return nil
+}
+
+// resolveSweep reads --sweep KEY=V1,V2,...: the swept policy is the first
+// of p.names, at each value; the points are p.names' others or, without
+// --policy, every class at its defaults; the oracle is always one.
+func (p *simPlan) resolveSweep(fs *flag.FlagSet, f *simFlags, set map[string]bool, input string, listed bool, resolve func() error) error {
+	if input == "--observations" {
+		return usagef("--sweep runs policies on traffic (--trace or --profile), not on --observations")
+	}
+	key, values, ok := strings.Cut(f.sweep, "=")
+	key = strings.TrimPrefix(strings.TrimSpace(key), "--")
+	if !ok || key == "" || strings.TrimSpace(values) == "" {
+		return usagef("--sweep %q: want KEY=V1,V2,..., such as scale-to-zero-grace-period=10s,30s,1m", f.sweep)
+	}
+	if !slices.Contains(f.keys.Names(), key) || key == autoscaling.KeyClass {
+		return flagProblems(&autoscaling.Error{Name: "--sweep", Value: key, Problem: "is not an autoscaling key that can be swept",
+			Accepted: "a key of docs/configuration.md other than class, such as target or scale-to-zero-grace-period",
+			Suggestion: spelling.Suggest(key, f.keys.Names())})
+	}
+	if set[key] {
+		return usagef("--sweep %s and --%s cannot be combined: the sweep sets it", key, key)
+	}
+	for _, n := range []string{"timeline", "summary"} {
+		if set[n] {
+			return usagef("--%s writes one run's output: with --sweep use --out DIR or --chart FILE (the frontier)", n)
+		}
+	}
+	swept := p.names[0]
+	if swept == string(sim.Oracle) {
+		return usagef("--sweep: the oracle has no settings to sweep; list the policy to sweep first in --policy")
+	}
+	if !listed {
+		// The points: every class at its defaults.
+		p.specs, p.names = nil, nil
+		for _, c := range autoscaling.Classes() {
+			if err := fs.Set(autoscaling.KeyClass, string(c)); err != nil {
+				return err
+			}
+			if err := resolve(); err != nil {
+				return err
+			}
+		}
+		p.specs, p.names = append(p.specs, p.specs[0]), append(p.names, string(sim.Oracle))
+	} else {
+		p.specs, p.names = p.specs[1:], p.names[1:]
+	}
+	if err := fs.Set(autoscaling.KeyClass, swept); err != nil {
+		return err
+	}
+	points, pointNames := p.specs, p.names
+	p.specs, p.names = nil, nil
+	for _, v := range strings.Split(values, ",") {
+		v = strings.TrimSpace(v)
+		if err := fs.Set(key, v); err != nil {
+			return usagef("--sweep %s=%s: %v", key, v, err)
+		}
+		if err := resolve(); err != nil {
+			return err
+		}
+		if slices.Contains(p.sweepValues, v) {
+			return usagef("--sweep: %s=%s is listed twice", key, v)
+		}
+		p.sweepValues = append(p.sweepValues, v)
+	}
+	p.sweepKey, p.sweepSpecs = key, p.specs
+	p.specs, p.names = points, pointNames
+	if !slices.Contains(p.names, string(sim.Oracle)) {
+		p.specs, p.names = append(p.specs, p.sweepSpecs[0]), append(p.names, string(sim.Oracle))
+	}
+	return nil
+}
+
+// withSpec is cfg running spec.
+func withSpec(cfg sim.Config, spec autoscaling.Spec) sim.Config {
+	cfg.Spec = spec
+	return cfg
+}
+
 func chartTitle(p *simPlan, r *sim.Result) string {
 	s := r.Summary
-	return fmt.Sprintf("%s · pod-seconds %.0f · cold starts %d · waited %d (p99 %s) · rejected %d",
-		s.Class, s.PodSeconds, s.ColdStarts, s.Waited, s.WaitP99.Round(time.Millisecond), s.Rejected)
+	return fmt.Sprintf("%s · pod-seconds %.0f (%s oracle) · cold starts %d · waited %d (p99 %s) · rejected %d",
+		s.Class, s.PodSeconds, s.OracleRatio(), s.ColdStarts, s.Waited, s.WaitP99.Round(time.Millisecond), s.Rejected)
 }
 
 // writeOutputs writes one policy's files into dir.

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -38,8 +40,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{"--profile constant --rate 1 --duration 1m --tick 1ms", `--tick-interval: "1ms" is out of range; accepted: a duration from 100ms to 1m`},
 		{"--profile constant --rate 1 --duration 1m --container-concurrency -1", `--container-concurrency: "-1" is out of range`},
 		{"--profile constant --rate 1 --duration 1m --min-scale 3 --max-scale 2", `--min-scale: "3" is greater than max-scale 2`},
-		{"--profile constant --rate 1 --duration 1m --policy kpa,foo", `--policy: "foo" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid`},
-		{"--profile constant --rate 1 --duration 1m --policy kpa,hpaa", `--policy: "hpaa" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid; did you mean hpa?`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,foo", `--policy: "foo" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid or oracle (the clairvoyant bound)`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpaa", `--policy: "hpaa" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid or oracle (the clairvoyant bound); did you mean hpa?`},
 		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa", "kpa is listed twice"},
 		{"--profile constant --rate 1 --duration 1m --policy kpa --class hpa", "--policy and --class cannot be combined"},
 		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa --chart x.svg", "--chart writes one policy's output: with several policies use --out DIR"},
@@ -51,6 +53,16 @@ func TestSimUsageErrors(t *testing.T) {
 		{"--trace nope.csv", "--trace nope.csv: read trace: open nope.csv"},
 		{"--observations " + obs + " --out dir", "--out applies to traffic (--trace or --profile), not to --observations"},
 		{"--observations " + obs + " --policy kpa,hpa", "--observations replays one decider; give one class"},
+		{"--observations " + obs + " --policy oracle", "--policy oracle: the bound is computed from traffic"},
+		{"--observations " + obs + " --sweep target=1,2", "--sweep runs policies on traffic"},
+		{"--profile constant --rate 1 --duration 1m --sweep target", `--sweep "target": want KEY=V1,V2,...`},
+		{"--profile constant --rate 1 --duration 1m --sweep targte=1,2", `--sweep: "targte" is not an autoscaling key that can be swept; accepted: a key of docs/configuration.md other than class, such as target or scale-to-zero-grace-period; did you mean target?`},
+		{"--profile constant --rate 1 --duration 1m --sweep class=kpa,hpa", `--sweep: "class" is not an autoscaling key that can be swept`},
+		{"--profile constant --rate 1 --duration 1m --sweep target=1,2 --target 3", "--sweep target and --target cannot be combined"},
+		{"--profile constant --rate 1 --duration 1m --sweep target=1,1", "--sweep: target=1 is listed twice"},
+		{"--profile constant --rate 1 --duration 1m --sweep target=1,-2", `--target: "-2"`},
+		{"--profile constant --rate 1 --duration 1m --sweep target=1,2 --timeline t.csv", "--timeline writes one run's output: with --sweep use --out DIR or --chart FILE"},
+		{"--profile constant --rate 1 --duration 1m --sweep target=1,2 --policy oracle,kpa", "--sweep: the oracle has no settings to sweep"},
 		{"--observations " + obs + " --initial-ready -1", "--initial-ready: \"-1\" is negative; accepted: a number of pods of 0 or more"},
 		{"--observations " + badObs, "--observations " + badObs + `: line 3: ready "one": accepted is a whole number of pods of 0 or more`},
 		{"--observations " + obs + " extra", `unexpected argument "extra"`},
@@ -127,19 +139,58 @@ func TestSimTraffic(t *testing.T) {
 	}
 }
 
-func TestSimComparison(t *testing.T) {
+func TestSimSweep(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errs := swell(t, "sim", "--profile", "onoff", "--rate", "2", "--on", "1m", "--off", "2m", "--duration", "6m",
-		"--policy", "kpa,hpa,pid", "--out", dir)
+		"--policy", "kpa,hpa", "--sweep", "scale-to-zero-grace-period=10s,2m", "--out", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 6 || !strings.HasPrefix(lines[0], "profile onoff") ||
-		lines[2] != "policy  pod-seconds  cold starts  waited  p99 wait  rejected  max pods" {
+	var rows []string
+	for _, l := range lines[3:] {
+		rows = append(rows, strings.Join(strings.Fields(l)[:2], " "))
+	}
+	want := []string{"kpa scale-to-zero-grace-period=10s", "kpa scale-to-zero-grace-period=2m", "hpa 360.0", "oracle 120.9"}
+	if !slices.Equal(rows, want) {
+		t.Errorf("rows %q, want %q\n%s", rows, want, out)
+	}
+	// A longer grace period keeps the pod through the 2-minute silences:
+	// fewer cold starts for more pod-seconds.
+	num := func(line string, i int) float64 {
+		v, err := strconv.ParseFloat(strings.Fields(line)[i], 64)
+		if err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		return v
+	}
+	if !(num(lines[3], 4) > num(lines[4], 4) && num(lines[3], 2) < num(lines[4], 2)) {
+		t.Errorf("the longer grace period should cold-start less and cost more:\n%s", out)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "frontier.svg"))
+	if err != nil || !strings.Contains(string(svg), ">oracle</text>") || !strings.Contains(string(svg), ">2m</text>") {
+		t.Errorf("frontier.svg: %v\n%.300s", err, svg)
+	}
+}
+
+func TestSimComparison(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := swell(t, "sim", "--profile", "onoff", "--rate", "2", "--on", "1m", "--off", "2m", "--duration", "6m",
+		"--policy", "kpa,hpa,pid,oracle", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 7 || !strings.HasPrefix(lines[0], "profile onoff") ||
+		strings.Join(strings.Fields(lines[2]), " ") != "policy pod-seconds × oracle cold starts waited p50 wait p99 wait rejected max pods" {
 		t.Fatalf("table:\n%s", out)
 	}
-	for i, class := range []string{"kpa", "hpa", "pid"} {
+	// The bound's row: its own ratio, nothing waits; every policy costs
+	// more.
+	if f := strings.Fields(lines[6]); f[0] != "oracle" || f[2] != "1.00×" || f[3] != "0" || f[4] != "0" {
+		t.Errorf("oracle row %q", lines[6])
+	}
+	for i, class := range []string{"kpa", "hpa", "pid", "oracle"} {
 		if !strings.HasPrefix(lines[3+i], class+" ") {
 			t.Errorf("row %d: %q, want %s", i, lines[3+i], class)
 		}

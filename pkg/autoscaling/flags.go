@@ -3,6 +3,8 @@ package autoscaling
 import (
 	"errors"
 	"flag"
+	"maps"
+	"slices"
 )
 
 // Flags are the autoscaling keys as command-line flags, for `swell sim`
@@ -48,6 +50,11 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 		fs.Var(v, e.Name, e.Meaning+" (default "+e.Default+"; accepted: "+e.Accepted+")")
 	}
 	return f
+}
+
+// Names returns the keys registered as flags, sorted.
+func (f *Flags) Names() []string {
+	return slices.Sorted(maps.Keys(f.values))
 }
 
 // Resolve parses the flags given on the command line over base: the

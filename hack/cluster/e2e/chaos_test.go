@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +35,12 @@ const (
 	chaosReportEnv = "SWELL_CHAOS_REPORT"
 	// chaosRepeatEnv says how many times each fault is caused (default 2).
 	chaosRepeatEnv = "SWELL_CHAOS_REPEAT"
+	// chaosFaultsEnv, if set, picks the faults caused: those whose name
+	// holds one of its comma-separated words (to try one fault at a time).
+	chaosFaultsEnv = "SWELL_CHAOS_FAULTS"
+	// kubeletDirEnv is the kubelet's root directory (swell-cluster e2e
+	// sets it), where the activators' token volumes are.
+	kubeletDirEnv = "SWELL_KUBELET_DIR"
 )
 
 // requestClass is one kind of request of the chaos load, sent open loop at
@@ -173,10 +181,11 @@ func TestChaos(t *testing.T) {
 	// what comes of the warm-up is not counted.
 	phase("warm-up", func() { settle(60 * time.Second) })
 	phase("baseline", func() { settle(20 * time.Second) })
-	faults := []struct {
+	type fault struct {
 		name  string
 		cause func()
-	}{
+	}
+	faults := []fault{
 		{"autoscaler leader killed (SIGKILL)", func() { e.killLeader(true) }},
 		{"autoscaler leader deleted gracefully", func() { e.killLeader(false) }},
 		{"an activator deleted", func() { e.deleteOne(swellNamespace, "app.kubernetes.io/name=swell-activator", "activator") }},
@@ -184,6 +193,7 @@ func TestChaos(t *testing.T) {
 		{"an app pod deleted", func() { e.deleteOne(e.ns, "app="+name, name) }},
 		{"app rolled (new env)", func() { e.roll(e.ns, name) }},
 		{"activators cut from the autoscaler for 30 s", func() { e.cutActivators(30 * time.Second) }},
+		{"activators' tokens rotated, connections reset", func() { e.rotateActivatorTokens() }},
 		{"scale 0 → N → 0, load stopped and resumed", func() {
 			paused.Store(true)
 			e.eventuallyWithin(name+" at zero", 3*scaleTimeout, func(ctx context.Context) error {
@@ -194,6 +204,14 @@ func TestChaos(t *testing.T) {
 			})
 			paused.Store(false)
 		}},
+	}
+	if only := os.Getenv(chaosFaultsEnv); only != "" {
+		faults = slices.DeleteFunc(faults, func(f fault) bool {
+			return !slices.ContainsFunc(strings.Split(only, ","), func(w string) bool { return w != "" && strings.Contains(f.name, w) })
+		})
+		if len(faults) == 0 {
+			t.Fatalf("%s=%q names none of the faults", chaosFaultsEnv, only)
+		}
 	}
 	for _, f := range faults {
 		for i := 1; i <= repeat; i++ {
@@ -504,6 +522,182 @@ func (e *env) cutActivators(d time.Duration) {
 	case <-time.After(d):
 	case <-e.t.Context().Done():
 	}
+}
+
+// rotateActivatorTokens does for every activator at once what the kubelet
+// does when a pod's service-account token nears its expiry (which it does
+// after some 48 minutes, too late for a test): it asks the API server for a
+// new token bound to the pod and swaps it into the pod's token volume as
+// the kubelet's atomic writer does, a new directory first and then the
+// ..data link renamed onto it. The activators' connections to the
+// autoscaler are then reset, so that each reconnects and presents the new
+// token; the fault is over when the leader has taken a hello from every
+// activator since, and refused none. (The kubelet may later write back the
+// token it holds: still valid, another rotation.)
+func (e *env) rotateActivatorTokens() {
+	e.t.Helper()
+	kubelet := os.Getenv(kubeletDirEnv)
+	if kubelet == "" {
+		e.t.Fatalf("%s is not set: run the suite with swell-cluster e2e", kubeletDirEnv)
+	}
+	ctx := e.t.Context()
+	pods, err := e.cs.CoreV1().Pods(swellNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=swell-activator"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	before, err := e.leaderActivatorCounts(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var live []int
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		var volume string
+		for _, v := range p.Spec.Volumes {
+			if v.Projected != nil && strings.HasPrefix(v.Name, "kube-api-access-") {
+				volume = v.Name
+			}
+		}
+		if volume == "" {
+			e.t.Fatalf("activator %s mounts no service-account token volume", p.Name)
+		}
+		tr, err := e.cs.CoreV1().ServiceAccounts(swellNamespace).CreateToken(ctx, p.Spec.ServiceAccountName, &authenticationv1.TokenRequest{
+			Spec: authenticationv1.TokenRequestSpec{
+				ExpirationSeconds: new(int64(3607)),
+				BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			e.t.Fatalf("a new token for activator %s: %v", p.Name, err)
+		}
+		dir := filepath.Join(kubelet, "pods", string(p.UID), "volumes", "kubernetes.io~projected", volume)
+		if err := swapToken(dir, tr.Status.Token); err != nil {
+			e.t.Fatalf("rotate activator %s's token: %v", p.Name, err)
+		}
+		pid, err := podProcess(&p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		live = append(live, pid)
+	}
+	// A reset for every packet to the autoscaler's port for a moment: the
+	// open connections end at their next frame, and the first attempts to
+	// reconnect are refused too.
+	rule := []string{"OUTPUT", "-p", "tcp", "--dport", "8080", "-j", "REJECT", "--reject-with", "tcp-reset"}
+	for _, pid := range live {
+		if out, err := nsenterIptables(pid, append([]string{"-I"}, rule...)...); err != nil {
+			e.t.Fatalf("reset the connections of the activator of pid %d: %v %s", pid, err, out)
+		}
+	}
+	select {
+	case <-time.After(3 * time.Second):
+	case <-ctx.Done():
+	}
+	for _, pid := range live {
+		if out, err := nsenterIptables(pid, append([]string{"-D"}, rule...)...); err != nil {
+			e.t.Errorf("let the activator of pid %d reconnect: %v %s", pid, err, out)
+		}
+	}
+	e.t.Logf("rotated %d activators' tokens and reset their connections", len(live))
+	e.eventuallyWithin("every activator back with its new token", scaleTimeout, func(ctx context.Context) error {
+		now, err := e.leaderActivatorCounts(ctx)
+		switch {
+		case err != nil:
+			return err
+		case now.rejected > before.rejected:
+			return fmt.Errorf("the leader refused %v activator connections", now.rejected-before.rejected)
+		case now.hellos < before.hellos+float64(len(live)):
+			return fmt.Errorf("%v hellos since the rotation, want %d", now.hellos-before.hellos, len(live))
+		case now.connected != float64(len(live)):
+			return fmt.Errorf("%v activators connected, want %d", now.connected, len(live))
+		}
+		return nil
+	})
+}
+
+// swapToken writes token into a projected volume's directory as the
+// kubelet's atomic writer does: the volume's files are links through
+// ..data to a timestamped directory, so a new directory with every file
+// and then one rename of a new ..data link changes them all at once.
+func swapToken(dir, token string) error {
+	next, err := os.MkdirTemp(dir, "..swell_rotated_")
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{"ca.crt", "namespace"} {
+		b, err := os.ReadFile(filepath.Join(dir, "..data", f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(next, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(next, "token"), []byte(token), 0o644); err != nil {
+		return err
+	}
+	if err := os.Chmod(next, 0o755); err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "..data_tmp")
+	if err := os.Symlink(filepath.Base(next), tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "..data"))
+}
+
+// activatorCounts are the leader's counts of activator connections.
+type activatorCounts struct {
+	hellos, rejected, connected float64
+}
+
+// leaderActivatorCounts reads the autoscaler leader's metrics of its
+// activator endpoint: hellos taken, connections refused, activators
+// connected.
+func (e *env) leaderActivatorCounts(ctx context.Context) (activatorCounts, error) {
+	lease, err := e.cs.CoordinationV1().Leases(swellNamespace).Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		return activatorCounts{}, err
+	}
+	leader, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, ptrOr(lease.Spec.HolderIdentity, ""), metav1.GetOptions{})
+	if err != nil {
+		return activatorCounts{}, fmt.Errorf("the leader's pod: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(leader.Status.PodIP, "9090")+"/metrics", nil)
+	if err != nil {
+		return activatorCounts{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return activatorCounts{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return activatorCounts{}, err
+	}
+	var c activatorCounts
+	for line := range strings.Lines(string(body)) {
+		name, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == `swell_autoscaler_activator_frames_total{type="hello"}`:
+			c.hellos = v
+		case strings.HasPrefix(name, "swell_autoscaler_activator_rejected_total{"):
+			c.rejected += v
+		case name == "swell_autoscaler_activators_connected":
+			c.connected = v
+		}
+	}
+	return c, nil
 }
 
 // nsenterIptables runs iptables in the network namespace of process pid.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/swell-run/swell/hack/cluster/build"
 	"github.com/swell-run/swell/hack/cluster/netns"
+	"github.com/swell-run/swell/hack/cluster/node"
 )
 
 func cmdE2E(ctx context.Context, args []string, log *slog.Logger) error {
@@ -80,7 +81,8 @@ func cmdE2E(ctx context.Context, args []string, log *slog.Logger) error {
 	t0 = time.Now()
 	cmd := netns.Exec(c.Netns, append([]string{suite, "-test.v"}, fs.Args()...)...)
 	cmd.Dir = filepath.Join(module, "e2e")
-	cmd.Env = append(clusterEnv(&c.State), "SWELL_DEPLOY="+deployOverlay(state))
+	cmd.Env = append(clusterEnv(&c.State), "SWELL_DEPLOY="+deployOverlay(state),
+		"SWELL_KUBELET_DIR="+node.NewLayout(state, o.name).Kubelet)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	testErr := cmd.Run()
 	log.Info("end-to-end suite finished", "took", since(t0), "err", testErr)

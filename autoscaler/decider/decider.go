@@ -59,6 +59,13 @@ type Observation struct {
 	// Poked says a request just arrived at the activator for this service
 	// (it is at zero): the decision is immediate, out of the tick.
 	Poked bool
+	// ArrivalsStable and ArrivalsPanic are the requests arriving per
+	// second, averaged over the stable and the panic window, for a policy
+	// that scales on concurrency and reads arrivals too (ReadsArrivals);
+	// Decider.MeasureArrivals sets them, and ArrivalsRecent over the last
+	// two seconds. HasArrivals says they are set.
+	ArrivalsStable, ArrivalsPanic, ArrivalsRecent float64
+	HasArrivals                                   bool
 }
 
 // Decision is a decision with the inputs and reasoning that produced it, so
@@ -224,6 +231,32 @@ func (d *Decider) Measure(w *window.Window, o *Observation) {
 	}
 }
 
+// ReadsArrivals says whether a service of spec decides on arrivals as well
+// as on its metric: the adaptive class scaling on concurrency does, to
+// tell the requests arriving from those queued.
+func ReadsArrivals(spec *autoscaling.Spec) bool {
+	return policyClass(spec.Class) == autoscaling.ClassAdaptive && spec.Metric != autoscaling.MetricRPS
+}
+
+// recentArrivals is how far back ArrivalsRecent looks: a rising load shows
+// there seconds before the panic window's average catches up.
+const recentArrivals = 2 * time.Second
+
+// MeasureArrivals fills o's arrivals from w, a window of requests per
+// second, over the spec's windows as Measure does.
+func (d *Decider) MeasureArrivals(w *window.Window, o *Observation) {
+	sp := &d.spec
+	if sp.Averaging == autoscaling.AveragingExponential {
+		o.ArrivalsStable = w.WeightedAverage(o.Now, sp.StableWindow)
+		o.ArrivalsPanic = w.WeightedAverage(o.Now, sp.PanicWindow)
+	} else {
+		o.ArrivalsStable = w.Average(o.Now, sp.StableWindow)
+		o.ArrivalsPanic = w.Average(o.Now, sp.PanicWindow)
+	}
+	o.ArrivalsRecent = w.Average(o.Now, recentArrivals)
+	o.HasArrivals = true
+}
+
 // Decide makes one decision. Steady-state calls do not allocate.
 //
 // A decision for a time before the previous one is taken as at the
@@ -253,6 +286,8 @@ func (d *Decider) Decide(o Observation) Decision {
 	if in.panic > 0 || pending > 0 || o.Poked {
 		d.lastTraffic = now
 	}
+	in.lastTraffic, in.pending = d.lastTraffic, pending
+	in.hasArrivals, in.arrStable, in.arrPanic, in.arrRecent = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic), clean(o.ArrivalsRecent)
 	if !d.initialized && in.ready >= d.spec.InitialScale {
 		d.initialized = true
 	}
@@ -290,7 +325,7 @@ func (d *Decider) Decide(o Observation) Decision {
 	d.policy.applied(now, d.scale, scale)
 	d.scale = scale
 
-	ebc := excessBurstCapacity(&d.spec, in.ready, in.panic)
+	ebc := d.excessBurstCapacity(in.ready, in.panic)
 	return Decision{
 		Now:                 o.Now,
 		Ready:               o.Ready,
@@ -363,6 +398,31 @@ func (d *Decider) guard(desired int, in *input, o *Observation, pending int, b [
 	if !d.wantZero {
 		d.wantZero, d.zeroSince = true, in.now
 	}
+	if a, ok := d.policy.(*adaptive); ok && in.panic == 0 && !d.lastTraffic.IsZero() {
+		// The learned plan replaces the stable window's traffic and the
+		// grace period; the activator and the retention period stand.
+		var n int
+		var decided bool
+		if n, decided, b = a.idleScale(sp, in.now.Sub(d.lastTraffic), d.scale == 0, b); decided {
+			switch {
+			case n > 0:
+				return n, true, b
+			case !o.ActivatorInPath:
+				b = append(b[:0], "waiting for the activator before scaling to zero"...)
+				return 1, true, b
+			case d.scale > 0 && in.now.Sub(d.zeroSince) < sp.ScaleToZeroPodRetention:
+				b = append(b[:0], "keeping the last pod for the "...)
+				b = appendSeconds(b, sp.ScaleToZeroPodRetention)
+				b = append(b, " retention period"...)
+				return 1, true, b
+			case d.scale > 0:
+				b = append(b[:0], "scale to zero: the idle plan's time is up"...)
+			default:
+				b = append(b[:0], "at zero"...)
+			}
+			return 0, true, b
+		}
+	}
 	switch {
 	case in.panic > 0:
 		scale = act
@@ -394,6 +454,17 @@ func (d *Decider) guard(desired int, in *input, o *Observation, pending int, b [
 		b = append(b[:0], "at zero"...)
 	}
 	return scale, true, b
+}
+
+// excessBurstCapacity is the policy's learned burst capacity's, or the
+// spec's.
+func (d *Decider) excessBurstCapacity(ready int, panic float64) float64 {
+	if a, ok := d.policy.(*adaptive); ok {
+		if tbc, ok := a.burstCapacity(&d.spec); ok {
+			return math.Floor(float64(ready)*d.spec.Target - tbc - panic)
+		}
+	}
+	return excessBurstCapacity(&d.spec, ready, panic)
 }
 
 // excessBurstCapacity is Knative's: 0 with target-burst-capacity 0, −1 with

@@ -32,6 +32,14 @@ type input struct {
 	// prevScale is the decider's previous Scale: the pods asked for.
 	prevScale int
 	spec      *autoscaling.Spec
+	// lastTraffic is when the decider last saw traffic (this decision's
+	// included); pending the requests at the activator.
+	lastTraffic time.Time
+	pending     int
+	// hasArrivals says arrivals per second over the stable and panic
+	// windows are known (Observation.HasArrivals).
+	hasArrivals                    bool
+	arrStable, arrPanic, arrRecent float64
 }
 
 // recommendation is a policy's answer.
@@ -44,7 +52,7 @@ type recommendation struct {
 // unknown class is kpa, the default.
 func policyClass(c autoscaling.Class) autoscaling.Class {
 	switch c {
-	case autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID:
+	case autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID, autoscaling.ClassAdaptive:
 		return c
 	}
 	return autoscaling.ClassKPA
@@ -60,6 +68,8 @@ func newPolicy(sp *autoscaling.Spec, now time.Time, scale int, restart bool) pol
 		return exponential{}
 	case autoscaling.ClassPID:
 		return &pid{}
+	case autoscaling.ClassAdaptive:
+		return newAdaptive(now, scale, restart)
 	}
 	return newKPA(now, scale, restart)
 }

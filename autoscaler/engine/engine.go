@@ -45,7 +45,10 @@ type Inputs struct {
 type Service struct {
 	spec autoscaling.Spec
 	win  *window.Window
-	dec  *decider.Decider
+	// arrivals is a window of requests per second beside a concurrency
+	// window, for a policy that reads both (adaptive); nil otherwise.
+	arrivals *window.Window
+	dec      *decider.Decider
 	// last is the newest second's load, both metrics, summed over the
 	// samples of that second: for display, not for decisions.
 	last Sample
@@ -56,7 +59,20 @@ type Service struct {
 // holding them. With ready == 0 the service is taken as new and starts at
 // its initial scale (decider.New).
 func New(spec autoscaling.Spec, now time.Time, ready int) *Service {
-	return &Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.New(spec, now, ready)}
+	return withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.New(spec, now, ready)})
+}
+
+// withArrivals gives s its arrivals window when its spec reads one.
+func withArrivals(s *Service) *Service {
+	switch {
+	case !decider.ReadsArrivals(&s.spec):
+		s.arrivals = nil
+	case s.arrivals == nil:
+		s.arrivals = window.New(s.spec.StableWindow)
+	default:
+		s.arrivals.Resize(s.spec.StableWindow)
+	}
+	return s
 }
 
 // Resume returns the core of a service that was already autoscaled before
@@ -65,7 +81,7 @@ func New(spec autoscaling.Spec, now time.Time, ready int) *Service {
 // until traffic arrives rather than waking to its initial scale
 // (decider.Resume).
 func Resume(spec autoscaling.Spec, now time.Time, scale int) *Service {
-	return &Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.Resume(spec, now, scale)}
+	return withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.Resume(spec, now, scale)})
 }
 
 // Spec returns the service's spec.
@@ -85,6 +101,7 @@ func (s *Service) SetSpec(spec autoscaling.Spec) {
 	}
 	s.dec.SetSpec(spec)
 	s.spec = spec
+	withArrivals(s)
 }
 
 // Record adds a load sample to the service's window.
@@ -94,6 +111,9 @@ func (s *Service) Record(sm Sample) {
 		v = sm.RPS
 	}
 	s.win.Record(sm.Time, v)
+	if s.arrivals != nil {
+		s.arrivals.Record(sm.Time, sm.RPS)
+	}
 	sec := sm.Time.Truncate(time.Second)
 	switch {
 	case sec.After(s.last.Time):
@@ -124,5 +144,8 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 		Poked:            in.Poked,
 	}
 	s.dec.Measure(s.win, &o)
+	if s.arrivals != nil {
+		s.dec.MeasureArrivals(s.arrivals, &o)
+	}
 	return s.dec.Decide(o)
 }

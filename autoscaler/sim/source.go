@@ -73,10 +73,33 @@ const (
 	// ShapeSpike is Rate, with SpikeRate from SpikeAt for SpikeFor: a
 	// flash sale.
 	ShapeSpike Shape = "spike"
+	// ShapeDiurnal rises from silence to Rate and back over each Period,
+	// as (1 − cos)/2: a day's traffic, night included.
+	ShapeDiurnal Shape = "diurnal"
 )
 
 // Shapes lists the profile shapes, for help texts and errors.
-var Shapes = []Shape{ShapeConstant, ShapeStep, ShapeOnOff, ShapeSpike}
+var Shapes = []Shape{ShapeConstant, ShapeStep, ShapeOnOff, ShapeSpike, ShapeDiurnal}
+
+// Distributions of the onoff shape's silences (OffDist).
+const (
+	// OffFixed makes every silence Off long.
+	OffFixed = "fixed"
+	// OffExponential draws each silence with mean Off.
+	OffExponential = "exponential"
+	// OffPareto draws each silence from a Pareto distribution of shape
+	// 1.5 with mean Off: most silences short, a few very long (a
+	// heavy tail, as the idle times of real functions have).
+	OffPareto = "pareto"
+)
+
+// paretoShape is OffPareto's shape: heavy-tailed (infinite variance) with
+// a finite mean.
+const paretoShape = 1.5
+
+// diurnalSteps is how many stretches of constant rate a diurnal period is
+// cut into.
+const diurnalSteps = 240
 
 // Arrival processes.
 const (
@@ -113,8 +136,14 @@ type Profile struct {
 	StepRate float64
 	StepAt   time.Duration
 
-	// On and Off are the lengths of the busy and silent phases (onoff).
+	// On and Off are the lengths of the busy and silent phases (onoff);
+	// OffDist draws the silences: OffFixed (the default when empty),
+	// OffExponential or OffPareto, with mean Off.
 	On, Off time.Duration
+	OffDist string
+
+	// Period is the length of a diurnal cycle (diurnal).
+	Period time.Duration
 
 	// SpikeRate is the rate from SpikeAt for SpikeFor (spike).
 	SpikeRate         float64
@@ -175,6 +204,8 @@ func (p Profile) Validate() error {
 		errs = append(errs, rate("rate", p.Rate, false), positive("on", p.On), positive("off", p.Off))
 	case ShapeSpike:
 		errs = append(errs, rate("rate", p.Rate, true), rate("spike-rate", p.SpikeRate, false), positive("spike-for", p.SpikeFor))
+	case ShapeDiurnal:
+		errs = append(errs, rate("rate", p.Rate, false), positive("period", p.Period))
 	default:
 		return fmt.Errorf("--profile %q: accepted are %s", p.Shape, shapeList())
 	}
@@ -186,6 +217,11 @@ func (p Profile) Validate() error {
 		case ShapeSpike:
 			errs = append(errs, within("spike-at", p.SpikeAt))
 		}
+	}
+	switch p.OffDist {
+	case "", OffFixed, OffExponential, OffPareto:
+	default:
+		errs = append(errs, fmt.Errorf("--off-dist %q: accepted are %s, %s and %s", p.OffDist, OffFixed, OffExponential, OffPareto))
 	}
 	switch p.Arrivals {
 	case "", ArrivalsPoisson, ArrivalsUniform:
@@ -238,9 +274,30 @@ func (p Profile) segments() []segment {
 		add(0, p.StepAt, p.Rate)
 		add(p.StepAt, d, p.StepRate)
 	case ShapeOnOff:
-		for t := time.Duration(0); t < d; t += p.On + p.Off {
+		// The silences have a generator of their own, so that the
+		// arrivals' stay the same whatever the silences' distribution.
+		rng := rand.New(rand.NewPCG(p.Seed, 0x5eed_0ff))
+		for t := time.Duration(0); t < d; {
+			off := p.Off
+			switch p.OffDist {
+			case OffExponential:
+				off = time.Duration(float64(p.Off) * rng.ExpFloat64())
+			case OffPareto:
+				// Inverse transform: xm / U^(1/α), xm = mean (α−1)/α.
+				xm := float64(p.Off) * (paretoShape - 1) / paretoShape
+				off = time.Duration(xm / math.Pow(1-rng.Float64(), 1/paretoShape))
+			}
+			off = min(off, d) // a draw from the tail: nothing after it anyway
 			add(t, t+p.On, p.Rate)
-			add(t+p.On, t+p.On+p.Off, 0)
+			add(t+p.On, t+p.On+off, 0)
+			t += p.On + off
+		}
+	case ShapeDiurnal:
+		step := max(p.Period/diurnalSteps, time.Second)
+		for t := time.Duration(0); t < d; t += step {
+			// The rate at the stretch's middle.
+			phase := 2 * math.Pi * (float64(t) + float64(step)/2) / float64(p.Period)
+			add(t, t+step, p.Rate*(1-math.Cos(phase))/2)
 		}
 	case ShapeSpike:
 		add(0, p.SpikeAt, p.Rate)

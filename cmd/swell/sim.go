@@ -68,6 +68,8 @@ type simFlags struct {
 	spikeRate   float64
 	spikeAt     time.Duration
 	spikeFor    time.Duration
+	offDist     string
+	period      time.Duration
 	arrivals    string
 	serviceTime time.Duration
 	serviceDist string
@@ -121,13 +123,15 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.DurationVar(&f.sleepBase, "sleep-base", 5*time.Millisecond, "service time of a token-trace request: this fixed part...")
 	fs.DurationVar(&f.sleepPerToken, "sleep-per-token", time.Millisecond, "...plus this much per generated token")
 
-	fs.StringVar(&f.profile, "profile", "", "generate traffic of this `shape`: constant, step, onoff or spike")
+	fs.StringVar(&f.profile, "profile", "", "generate traffic of this `shape`: constant, step, onoff, spike or diurnal")
 	fs.Float64Var(&f.rate, "rate", 0, "arrival rate in requests per second: throughout (constant), before the step, while on (onoff), outside the spike")
 	fs.DurationVar(&f.duration, "duration", 0, "how long requests arrive (a profile needs it; cuts a trace short)")
 	fs.Float64Var(&f.stepRate, "step-rate", 0, "the rate after --step-at (step)")
 	fs.DurationVar(&f.stepAt, "step-at", 0, "when the rate steps (step)")
 	fs.DurationVar(&f.on, "on", time.Minute, "length of each busy phase (onoff)")
-	fs.DurationVar(&f.off, "off", 2*time.Minute, "length of each silent phase (onoff)")
+	fs.DurationVar(&f.off, "off", 2*time.Minute, "length of each silent phase, or its mean with --off-dist (onoff)")
+	fs.StringVar(&f.offDist, "off-dist", sim.OffFixed, "`distribution` of the silences (onoff): fixed, exponential or pareto (heavy-tailed, shape 1.5)")
+	fs.DurationVar(&f.period, "period", 24*time.Hour, "length of one cycle from silence to --rate and back (diurnal)")
 	fs.Float64Var(&f.spikeRate, "spike-rate", 0, "the rate during the spike (spike)")
 	fs.DurationVar(&f.spikeAt, "spike-at", 0, "when the spike starts (spike)")
 	fs.DurationVar(&f.spikeFor, "spike-for", time.Minute, "how long the spike lasts (spike)")
@@ -190,7 +194,7 @@ func (p *simPlan) source() sim.Source {
 // Flags of each input; a flag given without its input is a mistake.
 var (
 	traceOnlyFlags   = []string{"sleep-base", "sleep-per-token"}
-	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
+	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "off-dist", "period", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
 	trafficOnlyFlags = []string{"duration", "seed", "pod-startup", "pod-startup-jitter", "pod-capacity", "queue-limit", "route-delay",
 		"out", "timeline", "chart", "summary", "write-trace", "tick", autoscaling.KeyTickInterval}
 	shapeFlags = map[string][]sim.Shape{
@@ -198,6 +202,8 @@ var (
 		"step-at":    {sim.ShapeStep},
 		"on":         {sim.ShapeOnOff},
 		"off":        {sim.ShapeOnOff},
+		"off-dist":   {sim.ShapeOnOff},
+		"period":     {sim.ShapeDiurnal},
 		"spike-rate": {sim.ShapeSpike},
 		"spike-at":   {sim.ShapeSpike},
 		"spike-for":  {sim.ShapeSpike},
@@ -278,7 +284,7 @@ func parseSim(args []string) (*simPlan, error) {
 			inputs = append(inputs, "--"+m)
 		}
 	}
-	const choose = "choose one input: --trace FILE, --profile SHAPE (constant, step, onoff, spike) or --observations FILE"
+	const choose = "choose one input: --trace FILE, --profile SHAPE (constant, step, onoff, spike, diurnal) or --observations FILE"
 	switch len(inputs) {
 	case 0:
 		return nil, usagef("no input given: %s", choose)
@@ -321,7 +327,7 @@ func parseSim(args []string) (*simPlan, error) {
 			name = strings.TrimSpace(name)
 			if name != string(sim.Oracle) && !slices.Contains(autoscaling.Classes(), autoscaling.Class(name)) {
 				return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: name, Problem: "is not a class",
-					Accepted: "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
+					Accepted:   "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
 					Suggestion: spelling.Suggest(name, append(classNames(), string(sim.Oracle)))})
 			}
 			if slices.Contains(policies, name) {
@@ -480,7 +486,7 @@ func parseSim(args []string) (*simPlan, error) {
 	prof := sim.Profile{
 		Shape: shape, Rate: f.rate, Duration: f.duration,
 		StepRate: f.stepRate, StepAt: f.stepAt,
-		On: f.on, Off: f.off,
+		On: f.on, Off: f.off, OffDist: f.offDist, Period: f.period,
 		SpikeRate: f.spikeRate, SpikeAt: f.spikeAt, SpikeFor: f.spikeFor,
 		Arrivals: f.arrivals, ServiceTime: f.serviceTime, ServiceDist: f.serviceDist,
 		Seed: f.seed,
@@ -531,7 +537,13 @@ func describeProfile(p sim.Profile) string {
 	case sim.ShapeStep:
 		fmt.Fprintf(&b, "%s, then %s from %s", rate(p.Rate), rate(p.StepRate), p.StepAt)
 	case sim.ShapeOnOff:
-		fmt.Fprintf(&b, "%s for %s, silent for %s, repeated", rate(p.Rate), p.On, p.Off)
+		if p.OffDist == "" || p.OffDist == sim.OffFixed {
+			fmt.Fprintf(&b, "%s for %s, silent for %s, repeated", rate(p.Rate), p.On, p.Off)
+		} else {
+			fmt.Fprintf(&b, "%s for %s, silent for %s %s, repeated", rate(p.Rate), p.On, p.OffDist, p.Off)
+		}
+	case sim.ShapeDiurnal:
+		fmt.Fprintf(&b, "0 to %s and back every %s", rate(p.Rate), p.Period)
 	case sim.ShapeSpike:
 		fmt.Fprintf(&b, "%s, %s from %s for %s", rate(p.Rate), rate(p.SpikeRate), p.SpikeAt, p.SpikeFor)
 	}
@@ -744,7 +756,7 @@ func (p *simPlan) resolveSweep(fs *flag.FlagSet, f *simFlags, set map[string]boo
 	}
 	if !slices.Contains(f.keys.Names(), key) || key == autoscaling.KeyClass {
 		return flagProblems(&autoscaling.Error{Name: "--sweep", Value: key, Problem: "is not an autoscaling key that can be swept",
-			Accepted: "a key of docs/configuration.md other than class, such as target or scale-to-zero-grace-period",
+			Accepted:   "a key of docs/configuration.md other than class, such as target or scale-to-zero-grace-period",
 			Suggestion: spelling.Suggest(key, f.keys.Names())})
 	}
 	if set[key] {

@@ -17,12 +17,13 @@ const (
 	ClassHPA         Class = "hpa"
 	ClassExponential Class = "exponential"
 	ClassPID         Class = "pid"
+	ClassAdaptive    Class = "adaptive"
 )
 
 // Classes returns every policy, in documentation order: the values the
 // class key accepts.
 func Classes() []Class {
-	return []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID}
+	return []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID, ClassAdaptive}
 }
 
 // Metric names what the autoscaler scales on.

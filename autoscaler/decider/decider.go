@@ -355,6 +355,9 @@ func (d *Decider) guard(desired int, in *input, o *Observation, pending int, b [
 	scale = desired
 
 	lo, why := sp.MinScale, "min-scale: "
+	if n := d.scheduled(in.now); n > lo {
+		lo, why = n, "min-scale-schedule: "
+	}
 	if !d.initialized && sp.InitialScale > lo {
 		lo, why = sp.InitialScale, "initial-scale: "
 	}
@@ -454,6 +457,21 @@ func (d *Decider) guard(desired int, in *input, o *Observation, pending int, b [
 		b = append(b[:0], "at zero"...)
 	}
 	return scale, true, b
+}
+
+// scheduled is the min-scale-schedule's count at now; the adaptive
+// policy looks ahead by its pods' measured startup, so that they are
+// ready when the rule begins.
+func (d *Decider) scheduled(now time.Time) int {
+	sch := &d.spec.MinScaleSchedule
+	if len(sch.Rules) == 0 {
+		return 0
+	}
+	n := sch.At(now)
+	if a, ok := d.policy.(*adaptive); ok && a.startup > 0 {
+		n = max(n, sch.At(now.Add(a.lead())))
+	}
+	return n
 }
 
 // excessBurstCapacity is the policy's learned burst capacity's, or the

@@ -332,3 +332,40 @@ func TestWindowsAndDecider(t *testing.T) {
 		}
 	}
 }
+
+// A min-scale-schedule raises the fewest pods while a rule holds, for
+// every policy, and lets the service go to zero outside it.
+func TestMinScaleSchedule(t *testing.T) {
+	for _, class := range autoscaling.Classes() {
+		t.Run(string(class), func(t *testing.T) {
+			spec := autoscaling.DefaultSpec()
+			spec.Class = class
+			sch, problem := autoscaling.ParseSchedule("Mon 09:00-10:00=3")
+			if problem != "" {
+				t.Fatal(problem)
+			}
+			spec.MinScaleSchedule = sch
+			// 2024-01-01 is a Monday.
+			at := func(hh, mm int) time.Time { return time.Date(2024, 1, 1, hh, mm, 0, 0, time.UTC) }
+			d := Resume(spec, at(8, 0), 0)
+			if got := d.Decide(Observation{Now: at(8, 59), ActivatorInPath: true}); got.Scale != 0 {
+				t.Errorf("08:59: %+v, want zero before the rule", got)
+			}
+			got := d.Decide(Observation{Now: at(9, 0), ActivatorInPath: true})
+			if got.Scale != 3 || !strings.HasPrefix(got.Reason, "min-scale-schedule: 3 pods") {
+				t.Errorf("09:00: %+v, want 3 pods by the schedule", got)
+			}
+			if got := d.Decide(Observation{Now: at(9, 59), Ready: 3, ActivatorInPath: true}); got.Scale != 3 {
+				t.Errorf("09:59: %+v, want 3", got)
+			}
+			// Past the rule the pods are free to go as the policy says.
+			var last Decision
+			for m := range 20 {
+				last = d.Decide(Observation{Now: at(10, m), Ready: last.Scale, ActivatorInPath: true})
+			}
+			if last.Scale >= 3 {
+				t.Errorf("10:19: %+v, want the schedule's pods released", last)
+			}
+		})
+	}
+}

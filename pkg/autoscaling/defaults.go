@@ -42,6 +42,9 @@ type Defaults struct {
 	MaxScale        int
 	InitialScale    int
 	ActivationScale int
+	// MinScaleSchedule is per service only (min-scale-schedule); it is
+	// here so that the keys share one store.
+	MinScaleSchedule Schedule
 
 	ScaleDownDelay          time.Duration
 	ScaleToZeroGracePeriod  time.Duration
@@ -161,6 +164,7 @@ func DefaultSpec() Spec {
 // built from d and later changed never changes d.
 func (d Defaults) clone() Defaults {
 	d.HPA = d.HPA.clone()
+	d.MinScaleSchedule = d.MinScaleSchedule.clone()
 	return d
 }
 

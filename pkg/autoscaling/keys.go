@@ -24,6 +24,7 @@ const (
 	KeyMaxScaleUpRate                = "max-scale-up-rate"
 	KeyMaxScaleDownRate              = "max-scale-down-rate"
 	KeyMinScale                      = "min-scale"
+	KeyMinScaleSchedule              = "min-scale-schedule"
 	KeyMaxScale                      = "max-scale"
 	KeyInitialScale                  = "initial-scale"
 	KeyActivationScale               = "activation-scale"
@@ -455,6 +456,21 @@ var table = []*entry{
 		Accepted: "an integer ≥ 0, at most max-scale when that is > 0",
 		Meaning:  "the fewest pods; 0 allows scale to zero"},
 		0, func(s *settings) *int { return &s.MinScale }),
+	{
+		KeyInfo: KeyInfo{Name: KeyMinScaleSchedule, Type: "schedule", Default: "none", Scope: ScopeService, Policies: "all",
+			Accepted: "rules DAYS HH:MM-HH:MM=PODS separated by semicolons, such as Mon-Fri 08:00-18:00=3; Sat 10:00-14:00=1, and optionally tz=ZONE (an IANA time zone; default UTC); the largest count of the rules that hold applies, at most max-scale when that is > 0",
+			Meaning:  "more pods by time of day and day of week: the fewest pods while a rule holds"},
+		parse: func(text string, s *settings) (string, string) {
+			sch, problem := ParseSchedule(text)
+			if problem != "" {
+				return problem, ""
+			}
+			s.MinScaleSchedule = sch
+			return "", ""
+		},
+		check:  func(*settings) string { return "" },
+		format: func(s *settings) string { return s.MinScaleSchedule.String() },
+	},
 	intKey(KeyInfo{Name: KeyMaxScale, Type: "integer", Policies: "all",
 		Accepted: "an integer ≥ 0 (0: no limit), at most max-scale-limit when that is > 0",
 		Meaning:  "the most pods"},

@@ -271,6 +271,11 @@ func (p *parser) crossCheck() {
 				"is greater than", "an integer at most max-scale when that is > 0",
 				"is less than", "0 (no limit) or an integer ≥ initial-scale")
 		}
+		if m := s.MinScaleSchedule.Max(); m > s.MaxScale {
+			p.conflict(KeyMinScaleSchedule, KeyMaxScale,
+				"asks for "+strconv.Itoa(m)+" pods, more than", "rules asking for at most max-scale pods when that is > 0",
+				"is less than", "0 (no limit) or an integer ≥ the schedule's largest count")
+		}
 		if s.ActivationScale > s.MaxScale {
 			p.conflict(KeyActivationScale, KeyMaxScale,
 				"is greater than", "an integer ≥ 1, at most max-scale when that is > 0",
@@ -321,6 +326,7 @@ func (p *parser) spec(cc int) Spec {
 		MaxScaleUpRate:          s.MaxScaleUpRate,
 		MaxScaleDownRate:        s.MaxScaleDownRate,
 		MinScale:                s.MinScale,
+		MinScaleSchedule:        s.MinScaleSchedule,
 		MaxScale:                s.MaxScale,
 		InitialScale:            s.InitialScale,
 		ActivationScale:         s.ActivationScale,

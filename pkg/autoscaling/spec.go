@@ -75,6 +75,8 @@ type Spec struct {
 	MaxScale        int // 0 = no upper bound
 	InitialScale    int
 	ActivationScale int
+	// MinScaleSchedule raises MinScale at times of the week.
+	MinScaleSchedule Schedule
 
 	ScaleDownDelay          time.Duration
 	ScaleToZeroGracePeriod  time.Duration

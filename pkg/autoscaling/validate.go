@@ -59,6 +59,7 @@ func fromSpec(s Spec) settings {
 			MaxScaleUpRate:          s.MaxScaleUpRate,
 			MaxScaleDownRate:        s.MaxScaleDownRate,
 			MinScale:                s.MinScale,
+			MinScaleSchedule:        s.MinScaleSchedule,
 			MaxScale:                s.MaxScale,
 			InitialScale:            s.InitialScale,
 			ActivationScale:         s.ActivationScale,

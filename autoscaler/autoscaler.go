@@ -8,6 +8,8 @@
 package autoscaler
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -90,6 +92,29 @@ type Config struct {
 	// it must return quickly. The executor's events (Scaler.OnEvent) say
 	// when a scale change is applied.
 	OnNotable func(Notable)
+
+	// Memory, if set, keeps what services' policies learn
+	// (engine.Service.Memory) across autoscaler restarts and leader
+	// changes: the loop recalls a service's memory when it adds the
+	// service, and hands it a changed one at most every KeepInterval
+	// (default DefaultKeepInterval).
+	Memory       MemoryStore
+	KeepInterval time.Duration
+}
+
+// DefaultKeepInterval is how often at most a service's changed memory is
+// handed to the MemoryStore.
+const DefaultKeepInterval = 5 * time.Minute
+
+// A MemoryStore keeps what services' policies learn. On Kubernetes it is
+// the Deployment's status annotation; in swell local a file per service.
+type MemoryStore interface {
+	// Recall returns what was kept for svc, or nil. It reads a cache: the
+	// loop calls it when it adds a service.
+	Recall(svc service.Key) []byte
+	// Keep is handed svc's changed memory, on the loop goroutine: it must
+	// not block, and writes in its own time (the newest memory wins).
+	Keep(svc service.Key, mem []byte)
 }
 
 // Notable is a decision that changed a service's scale or panic mode.
@@ -134,6 +159,8 @@ type Autoscaler struct {
 	endpoint  *collector.ActivatorEndpoint // nil without tokens or an authenticator
 	metrics   *metrics
 	onNotable func(Notable)
+	memory    MemoryStore
+	keepEvery time.Duration
 
 	// mu guards the registry for readers on other goroutines; only the
 	// loop changes it, under mu, and reads it without.
@@ -187,7 +214,10 @@ type svc struct {
 	name string // key.String(), made once
 
 	// Owned by the loop.
-	core   *engine.Service
+	core *engine.Service
+	// kept is the memory last handed to the MemoryStore, keptAt when.
+	kept   []byte
+	keptAt time.Time
 	target *scaler.Target
 	pods   []string // replaced, never changed in place: a round reads it
 	m      serviceMetrics
@@ -262,6 +292,8 @@ func New(cfg Config) (*Autoscaler, error) {
 		log:       log,
 		backend:   cfg.Backend,
 		onNotable: cfg.OnNotable,
+		memory:    cfg.Memory,
+		keepEvery: cmp.Or(cfg.KeepInterval, DefaultKeepInterval),
 		services:  make(map[service.Key]*svc),
 		poked:     make(map[service.Key]struct{}),
 		wake:      make(chan struct{}, 1),
@@ -453,6 +485,13 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// What was learned since the last keep, for the next run.
+			if a.memory != nil {
+				now := a.clock.Now()
+				for _, s := range a.list {
+					a.keep(s, now)
+				}
+			}
 			return nil
 		case t := <-collectC:
 			if collectTicker == nil {
@@ -541,10 +580,23 @@ func (a *Autoscaler) upsert(key service.Key, spec autoscaling.Spec) {
 	default:
 		core = engine.New(spec, now, 0)
 	}
+	var kept []byte
+	if a.memory != nil {
+		if mem := a.memory.Recall(key); mem != nil {
+			if err := core.Remember(mem); err != nil {
+				a.log.Warn("a kept memory does not read: learning afresh", zap.Stringer("service", key), zap.Error(err))
+			} else {
+				how += ", remembering what it learned"
+				kept = mem
+			}
+		}
+	}
 	s := &svc{
 		key:     key,
 		name:    key.String(),
 		core:    core,
+		kept:    kept,
+		keptAt:  now,
 		target:  scaler.NewTarget(key),
 		m:       a.metrics.forService(key),
 		spec:    spec,
@@ -674,9 +726,21 @@ func (a *Autoscaler) tickAll(now time.Time) []decision {
 	a.decided = a.decided[:0]
 	for _, s := range a.list {
 		a.decided = append(a.decided, a.decide(s, now, false))
+		if a.memory != nil && now.Sub(s.keptAt) >= a.keepEvery {
+			a.keep(s, now)
+		}
 	}
 	a.metrics.tickDuration.Observe(a.clock.Since(start).Seconds())
 	return a.decided
+}
+
+// keep hands s's memory to the store if it changed since it last did.
+func (a *Autoscaler) keep(s *svc, now time.Time) {
+	s.keptAt = now
+	if mem := s.core.Memory(); mem != nil && !bytes.Equal(mem, s.kept) {
+		s.kept = mem
+		a.memory.Keep(s.key, mem)
+	}
 }
 
 // handlePokes decides for every service poked since the last call.

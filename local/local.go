@@ -83,6 +83,10 @@ type Config struct {
 	// requests in flight are dropped and replicas killed at once (a second
 	// Ctrl-C).
 	Kill <-chan struct{}
+	// StateDir, if set, is where what the services' policies learn is
+	// kept (a file per service), so that a restart of swell local
+	// remembers it; "" keeps nothing.
+	StateDir string
 }
 
 // Server is a running `swell local`.
@@ -194,7 +198,16 @@ func Run(ctx context.Context, opts Config) (err error) {
 	}); err != nil {
 		return fmt.Errorf("swell local: %w", err)
 	}
+	var memory *memoryStore
+	if opts.StateDir != "" {
+		if memory, err = newMemoryStore(opts.StateDir, opts.Log.Named("memory")); err != nil {
+			return fmt.Errorf("swell local: state directory: %w", err)
+		}
+	}
 	if s.as, err = autoscaler.New(autoscaler.Config{
+		Memory: memoryOrNil(memory),
+		// A run on a laptop is short: keep often.
+		KeepInterval: 30 * time.Second,
 		TickInterval: opts.File.Defaults.TickInterval,
 		Backend:      s.b,
 		Scaler:       scaler.Config{OnEvent: s.scaleEvent},
@@ -232,7 +245,16 @@ func Run(ctx context.Context, opts Config) (err error) {
 	serve(adminSrv, admin)
 	wg.Go(func() { s.act.Run(runCtx) })
 	wg.Go(func() { s.rep.Run(runCtx) })
-	wg.Go(func() { s.as.Run(runCtx) })
+	wg.Go(func() {
+		s.as.Run(runCtx)
+		if memory != nil {
+			// After the loop's last keeps.
+			memory.flush()
+		}
+	})
+	if memory != nil {
+		wg.Go(func() { memory.run(runCtx) })
+	}
 	wg.Go(func() { s.recordLoop(runCtx) })
 
 	// Each service starts at its initial scale, as a new Deployment does;

@@ -1,6 +1,9 @@
 package decider
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -117,7 +120,12 @@ func gapMid(i int) time.Duration {
 }
 
 func newAdaptive(now time.Time, scale int, restart bool) *adaptive {
-	return &adaptive{kpa: newKPA(now, scale, restart)}
+	a := &adaptive{kpa: newKPA(now, scale, restart)}
+	if scale > 0 && !restart {
+		// A new service's initial pods are being started now.
+		a.upAt, a.upWant = now, scale
+	}
+	return a
 }
 
 // idlePlan is what to do once traffic stops, in idle time (time since the
@@ -133,7 +141,6 @@ type idlePlan struct {
 
 func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 	sp := in.spec
-	a.observe(in)
 
 	// Requests queued behind a start are no reason for as many pods as
 	// requests: size for the arrivals (times the learned service time),
@@ -180,8 +187,8 @@ func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 	return r, b
 }
 
-// observe learns from one decision's input: an idle gap that ended, a
-// startup finished, a surge.
+// observe learns from one decision's input, whether or not the window has
+// data: an idle gap that ended, a startup finished, a surge.
 func (a *adaptive) observe(in *input) {
 	if !a.last.IsZero() && !a.prevTraffic.IsZero() && in.lastTraffic.After(a.prevTraffic) {
 		// Traffic again: a gap ended if the last decision found none.
@@ -409,4 +416,101 @@ func (a *adaptive) panicking() bool { return a.kpa.panicking() }
 func (a *adaptive) setSpec(sp *autoscaling.Spec) {
 	a.planned = false
 	a.kpa.setSpec(sp)
+}
+
+// memoryVersion tags the encoding of learned.
+const memoryVersion = 1
+
+// maxMemory bounds an encoded memory; a larger one is refused unread.
+const maxMemory = 1024
+
+// marshal encodes what the policy learned, compactly: a version, the
+// startup (in tenths of a second), the service time (in milliseconds),
+// the burst (in hundredths), then each non-empty gap bin and its count.
+// Values are rounded so that small drifts do not make a new memory to
+// keep. nil when nothing was learned.
+func (l *learned) marshal() []byte {
+	if l.startup == 0 && l.service == 0 && l.burst == 0 && l.gaps == [gapBins]uint16{} {
+		return nil
+	}
+	b := make([]byte, 0, 64)
+	b = append(b, memoryVersion)
+	b = binary.AppendUvarint(b, uint64((l.startup+50*time.Millisecond)/(100*time.Millisecond)))
+	b = binary.AppendUvarint(b, uint64((l.service+time.Millisecond/2)/time.Millisecond))
+	b = binary.AppendUvarint(b, uint64(math.Round(min(l.burst, 1e9)*100)))
+	n := 0
+	for _, c := range l.gaps {
+		if c > 0 {
+			n++
+		}
+	}
+	b = append(b, byte(n))
+	for i, c := range l.gaps {
+		if c > 0 {
+			b = append(b, byte(i))
+			b = binary.AppendUvarint(b, uint64(c))
+		}
+	}
+	return b
+}
+
+// unmarshal reads what marshal wrote, checking every value: a memory is
+// kept on objects others can write.
+func (l *learned) unmarshal(b []byte) error {
+	if len(b) > maxMemory {
+		return fmt.Errorf("a memory of %d bytes, more than %d", len(b), maxMemory)
+	}
+	if len(b) == 0 || b[0] != memoryVersion {
+		return errors.New("not a memory of this version")
+	}
+	b = b[1:]
+	next := func(limit uint64) (uint64, error) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 || v > limit {
+			return 0, errors.New("a value out of range")
+		}
+		b = b[n:]
+		return v, nil
+	}
+	var out learned
+	startup, err := next(uint64(time.Hour / (100 * time.Millisecond)))
+	if err != nil {
+		return fmt.Errorf("startup: %w", err)
+	}
+	service, err := next(uint64(time.Hour / time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("service time: %w", err)
+	}
+	burst, err := next(1e11)
+	if err != nil {
+		return fmt.Errorf("burst: %w", err)
+	}
+	out.startup = time.Duration(startup) * 100 * time.Millisecond
+	out.service = time.Duration(service) * time.Millisecond
+	out.burst = float64(burst) / 100
+	if len(b) == 0 {
+		return errors.New("no gap count")
+	}
+	n := int(b[0])
+	b = b[1:]
+	if n > gapBins {
+		return fmt.Errorf("%d gap bins, more than %d", n, gapBins)
+	}
+	for range n {
+		if len(b) == 0 || int(b[0]) >= gapBins {
+			return errors.New("a gap bin out of range")
+		}
+		i := b[0]
+		b = b[1:]
+		c, err := next(math.MaxUint16)
+		if err != nil {
+			return fmt.Errorf("gap bin %d: %w", i, err)
+		}
+		out.gaps[i] = uint16(c)
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d bytes after the end", len(b))
+	}
+	*l = out
+	return nil
 }

@@ -3,6 +3,8 @@ package decider
 import (
 	"testing"
 	"time"
+
+	"github.com/swell-run/swell/pkg/autoscaling"
 )
 
 // gapsAt is a histogram holding n gaps of length g.
@@ -82,4 +84,78 @@ func TestGapHistogramForgets(t *testing.T) {
 	if c := a.gaps[gapBin(10*time.Second)]; c != maxGapCount/2+1 {
 		t.Errorf("count %d after %d gaps, want %d", c, maxGapCount+1, maxGapCount/2+1)
 	}
+}
+
+// What the adaptive policy learned goes into a memory and comes back
+// from it; the memory stays small.
+func TestAdaptiveMemory(t *testing.T) {
+	spec := autoscalingSpec(t, "adaptive")
+	d := New(spec, time.Unix(0, 0), 0)
+	if d.Memory() != nil {
+		t.Errorf("memory %x before learning anything", d.Memory())
+	}
+	a := d.policy.(*adaptive)
+	a.startup, a.service, a.burst = 2340*time.Millisecond, 203*time.Millisecond, 12.345
+	for i := range gapBins {
+		a.gaps[i] = uint16(1000 + i)
+	}
+	mem := d.Memory()
+	if len(mem) > 300 {
+		t.Errorf("a full memory takes %d bytes", len(mem))
+	}
+	d2 := New(spec, time.Unix(0, 0), 0)
+	if err := d2.Remember(mem); err != nil {
+		t.Fatal(err)
+	}
+	b := d2.policy.(*adaptive)
+	if b.startup != 2300*time.Millisecond || b.service != 203*time.Millisecond || b.burst != 12.35 && b.burst != 12.34 || b.gaps != a.gaps {
+		t.Errorf("remembered %+v from %+v", b.learned, a.learned)
+	}
+	// Another policy keeps nothing and ignores a memory.
+	k := New(autoscalingSpec(t, "kpa"), time.Unix(0, 0), 0)
+	if k.Memory() != nil || k.Remember(mem) != nil {
+		t.Error("kpa keeps a memory")
+	}
+	// Bad memories change nothing.
+	for _, bad := range [][]byte{{9}, {memoryVersion}, append(mem[:len(mem):len(mem)], 0), make([]byte, maxMemory+1), {memoryVersion, 1, 1, 1, 1, 64, 1}} {
+		if err := d2.Remember(bad); err == nil {
+			t.Errorf("Remember(%x) accepted", bad)
+		}
+	}
+	if b.gaps != a.gaps {
+		t.Error("a refused memory changed what was learned")
+	}
+}
+
+func FuzzAdaptiveRemember(f *testing.F) {
+	spec := autoscalingSpec(f, "adaptive")
+	d := New(spec, time.Unix(0, 0), 0)
+	a := d.policy.(*adaptive)
+	a.startup, a.gaps[10] = time.Second, 3
+	f.Add(d.Memory())
+	f.Add([]byte{memoryVersion, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, mem []byte) {
+		d := New(spec, time.Unix(0, 0), 0)
+		if err := d.Remember(mem); err != nil {
+			return
+		}
+		// What was accepted encodes back and decides.
+		again := d.Memory()
+		d2 := New(spec, time.Unix(0, 0), 0)
+		if err := d2.Remember(again); err != nil && again != nil {
+			t.Fatalf("%x re-encoded as %x: %v", mem, again, err)
+		}
+		d.Decide(Observation{Now: time.Unix(10, 0), Stable: 1, Panic: 1, Ready: 1})
+	})
+}
+
+// autoscalingSpec is the default spec of class.
+func autoscalingSpec(tb testing.TB, class string) autoscaling.Spec {
+	tb.Helper()
+	sp := autoscaling.DefaultSpec()
+	sp.Class = autoscaling.Class(class)
+	if err := sp.Validate(); err != nil {
+		tb.Fatal(err)
+	}
+	return sp
 }

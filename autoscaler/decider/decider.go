@@ -210,6 +210,34 @@ func (d *Decider) SetSpec(spec autoscaling.Spec) {
 	}
 }
 
+// Memory returns what the service's policy has learned, encoded (well
+// under 1 KB), for the caller to keep across autoscaler restarts and
+// leader changes and give back with Remember. It is nil when there is
+// nothing to keep: every policy but adaptive, or one that learned nothing.
+// It changes only when what was learned does, at the encoding's rounding.
+func (d *Decider) Memory() []byte {
+	if a, ok := d.policy.(*adaptive); ok {
+		return a.learned.marshal()
+	}
+	return nil
+}
+
+// Remember gives the policy back what Memory returned before, checking
+// every value (it is kept where others may write it). A memory that does
+// not read is refused with an error and changes nothing; a policy that
+// learns nothing ignores it.
+func (d *Decider) Remember(mem []byte) error {
+	a, ok := d.policy.(*adaptive)
+	if !ok || len(mem) == 0 {
+		return nil
+	}
+	if err := a.learned.unmarshal(mem); err != nil {
+		return err
+	}
+	a.planned = false
+	return nil
+}
+
 // Spec returns the current configuration.
 func (d *Decider) Spec() autoscaling.Spec { return d.spec }
 
@@ -290,6 +318,10 @@ func (d *Decider) Decide(o Observation) Decision {
 	in.hasArrivals, in.arrStable, in.arrPanic, in.arrRecent = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic), clean(o.ArrivalsRecent)
 	if !d.initialized && in.ready >= d.spec.InitialScale {
 		d.initialized = true
+	}
+
+	if ob, ok := d.policy.(observer); ok {
+		ob.observe(in)
 	}
 
 	b := d.buf[:0]

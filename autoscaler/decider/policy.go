@@ -24,6 +24,12 @@ type policy interface {
 	setSpec(sp *autoscaling.Spec)
 }
 
+// observer is a policy that learns from every decision's input, before
+// it recommends and also when the window has no data (adaptive).
+type observer interface {
+	observe(in *input)
+}
+
 // input is what a policy decides on.
 type input struct {
 	now           time.Time

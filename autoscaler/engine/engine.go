@@ -129,6 +129,12 @@ func (s *Service) Record(sm Sample) {
 // window). ok is false before the first sample.
 func (s *Service) LastSample() (sm Sample, ok bool) { return s.last, !s.last.Time.IsZero() }
 
+// Memory is what the service's policy learned (decider.Decider.Memory).
+func (s *Service) Memory() []byte { return s.dec.Memory() }
+
+// Remember gives the policy back a memory (decider.Decider.Remember).
+func (s *Service) Remember(mem []byte) error { return s.dec.Remember(mem) }
+
 // Decide makes one decision from the window and in.
 //
 // Without data in the stable window (a service just added, a collector

@@ -183,6 +183,7 @@ func (a *app) run(ctx context.Context) error {
 		Endpoint:     collector.EndpointConfig{Authenticator: reviewer},
 		Registerer:   reg,
 		OnNotable:    backend.OnNotable,
+		Memory:       backend,
 		Clock:        clock.RealClock{},
 		Logger:       log,
 	})

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -64,6 +67,7 @@ type localFlags struct {
 	shutdown  time.Duration
 	killAfter time.Duration
 	drainQ    time.Duration
+	stateDir  string
 }
 
 func runLocal(ctx context.Context, args []string, s streams) int {
@@ -80,6 +84,7 @@ func runLocal(ctx context.Context, args []string, s streams) int {
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", local.DefaultShutdownTimeout, "on Ctrl-C, how long requests in flight may take to finish")
 	fs.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "a stopping app gets SIGKILL this long after SIGTERM")
 	fs.DurationVar(&f.drainQ, "drain-quiet-period", 500*time.Millisecond, "a stopping replica's queue-proxy keeps accepting requests this long")
+	fs.StringVar(&f.stateDir, "state-dir", "auto", "`directory` where what the services' policies learn is kept across runs (auto: under $XDG_STATE_HOME or ~/.local/state, one per services file; empty: nothing kept)")
 	svc := config.RegisterFlags(fs)
 
 	words, cmd := args, []string(nil)
@@ -147,6 +152,7 @@ func runLocal(ctx context.Context, args []string, s streams) int {
 		KillAfter:          f.killAfter,
 		ShutdownTimeout:    f.shutdown,
 		Kill:               kill,
+		StateDir:           stateDir(f.stateDir, f.file),
 		Listening: func(front, admin net.Addr) {
 			fmt.Fprintf(out, "swell local: serving %s at http://%s (dashboard http://%s/)\n", serviceNames(file), front, admin)
 		},
@@ -223,4 +229,30 @@ func runQueueProxy(_ context.Context, args []string, s streams) int {
 // runHello is `swell hello`: the example app, as cmd/hello.
 func runHello(_ context.Context, args []string, s streams) int {
 	return demo.Main(args, os.Getenv, s.stderr)
+}
+
+// stateDir resolves --state-dir: "auto" is a directory of the user's
+// state, one per services file (by its absolute path; the demo has its
+// own), so that two projects' services of the same name learn apart.
+func stateDir(flagValue, file string) string {
+	if flagValue != "auto" {
+		return flagValue
+	}
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		base = filepath.Join(home, ".local", "state")
+	}
+	which := "demo"
+	if file != "" {
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
+		}
+		sum := sha256.Sum256([]byte(file))
+		which = hex.EncodeToString(sum[:6])
+	}
+	return filepath.Join(base, "swell", "local", which)
 }

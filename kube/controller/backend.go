@@ -50,6 +50,8 @@ type Backend struct {
 
 	mu        sync.Mutex
 	listeners []func(service.Key)
+	// memories are what the loop kept (Keep), for the status annotation.
+	memories map[service.Key][]byte
 }
 
 // BackendConfig configures a Backend; every field but Clock is required.

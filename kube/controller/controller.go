@@ -358,6 +358,7 @@ func (c *Controller) syncDeployment(ctx context.Context, key service.Key) error 
 			c.log.Info("deployment no longer autoscaled", zap.Stringer("deployment", key))
 		}
 		sc.Remove(key)
+		c.backend.forget(key)
 		return nil
 	}
 

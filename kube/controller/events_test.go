@@ -1,9 +1,13 @@
 package controller
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,5 +206,54 @@ func TestStatusAnnotationNeverOnDeploymentsNotOptedIn(t *testing.T) {
 	}
 	if _, ok := statusOf(t, h, "plain"); ok {
 		t.Error("a deployment not opted in has a status annotation")
+	}
+}
+
+// What the loop keeps goes into the status annotation, is read back by
+// Recall (as a new leader reads it from its cache), and a status written
+// before the loop keeps anything again does not erase it.
+func TestMemoryKeptInTheStatusAnnotation(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	h.create(deployment("hello", nil))
+	h.router.setPods(key, "10.0.0.1")
+	h.router.setRoute(key, plan.RouteActivator, plan.RouteActivator)
+	ss := autoscaler.ServiceStatus{Decided: true, DecisionStatus: autoscaler.DecisionStatus{
+		Time: h.clock.Now(), Ready: 1, Desired: 1, Scale: 1, Reason: "stable at target 70"}}
+	h.scaling.setStatus(key, ss)
+
+	mem := []byte{1, 23, 203, 0, 1, 26, 20}
+	if got := h.b.Recall(key); got != nil {
+		t.Fatalf("recalled %x before anything was kept", got)
+	}
+	h.b.Keep(key, mem)
+	h.drain()
+	got, ok := statusOf(t, h, "hello")
+	if !ok || got.Memory != base64.StdEncoding.EncodeToString(mem) || got.Reason != "stable at target 70" {
+		t.Fatalf("status annotation %+v, want the memory with the status", got)
+	}
+	h.cached(key, func(d *appsv1.Deployment) bool { return d.Annotations[kube.AnnotationStatus] != "" })
+	if got := h.b.Recall(key); !bytes.Equal(got, mem) {
+		t.Errorf("recalled %x, want %x", got, mem)
+	}
+
+	// A new leader: it has kept nothing, and a changed status keeps the
+	// memory that is there.
+	h.b.forget(key)
+	ss.Scale, ss.Reason = 2, "panic"
+	h.scaling.setStatus(key, ss)
+	h.b.OnNotable(autoscaler.Notable{Service: key, From: 1, Decision: decider.Decision{Scale: 2}})
+	h.drain()
+	if got, _ := statusOf(t, h, "hello"); got.Desired != 2 || got.Memory != base64.StdEncoding.EncodeToString(mem) {
+		t.Errorf("status annotation %+v: the memory is gone", got)
+	}
+
+	// What is not a memory is not recalled.
+	for _, bad := range []string{`{"memory":"%%%"}`, `{"memory":` + strconv.Quote(strings.Repeat("A", maxMemoryText+4)) + `}`, `not json`} {
+		d := deployment("hello", map[string]string{kube.AnnotationStatus: bad})
+		if got := annotatedMemory(d); got != nil {
+			t.Errorf("annotation %.40q: recalled %x", bad, got)
+		}
 	}
 }

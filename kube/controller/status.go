@@ -36,6 +36,11 @@ type StatusAnnotation struct {
 	Route string `json:"route,omitempty"`
 	// Reason is the latest decision's reason.
 	Reason string `json:"reason"`
+	// Memory is what the service's policy has learned (base64 of
+	// decider.Decider.Memory, well under 1 KB), kept here so that it
+	// survives an autoscaler restart and a leader change; absent for a
+	// policy that learns nothing.
+	Memory string `json:"memory,omitempty"`
 }
 
 func statusAnnotation(ss autoscaler.ServiceStatus, st plan.Status) StatusAnnotation {
@@ -67,7 +72,9 @@ func (c *Controller) writeStatus(ctx context.Context, sc Scaling, key service.Ke
 		c.queue.AddAfter(key, autoscaler.DefaultTickInterval)
 		return nil
 	}
-	b, err := json.Marshal(statusAnnotation(ss, c.backend.status(key, d)))
+	sa := statusAnnotation(ss, c.backend.status(key, d))
+	sa.Memory = c.backend.memoryText(key, d)
+	b, err := json.Marshal(sa)
 	if err != nil {
 		return fmt.Errorf("status annotation of deployment %s: %w", key, err)
 	}

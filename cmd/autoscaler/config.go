@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/envflag"
@@ -43,6 +44,9 @@ type config struct {
 	// TickInterval is 0 when not given: the defaults ConfigMap's, read at
 	// start.
 	TickInterval time.Duration
+	// KeepInterval is how often at most a service's learned memory is
+	// written to its Deployment (autoscaler.Config.KeepInterval).
+	KeepInterval time.Duration
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 
@@ -58,6 +62,7 @@ func defaultConfig() config {
 		MetricsPort:     defaultMetricsPort,
 		QueueProxyImage: inject.DefaultImage,
 		Workers:         4,
+		KeepInterval:    autoscaler.DefaultKeepInterval,
 		// client-go's usual leader election timings.
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
@@ -114,6 +119,9 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.TickInterval, "tick-interval", "TICK_INTERVAL", cfg.TickInterval,
 		"how often every service is decided; unset: the defaults ConfigMap's tick-interval when the replica starts",
 		envflag.DurationAtLeast(100*time.Millisecond)).DefaultText("tick-interval of " + kube.DefaultsConfigMap + ", else 2s")
+	envflag.Var(s, &cfg.KeepInterval, "memory-keep-interval", "MEMORY_KEEP_INTERVAL", cfg.KeepInterval,
+		"how often at most what a service's policy learned (class adaptive) is written to its Deployment's status annotation",
+		envflag.DurationAtLeast(time.Second))
 	envflag.Var(s, &cfg.LeaseDuration, "lease-duration", "LEASE_DURATION", cfg.LeaseDuration,
 		"how long a leader's lease lasts without renewal", envflag.DurationAtLeast(time.Second))
 	envflag.Var(s, &cfg.RenewDeadline, "renew-deadline", "RENEW_DEADLINE", cfg.RenewDeadline,

@@ -184,6 +184,7 @@ func (a *app) run(ctx context.Context) error {
 		Registerer:   reg,
 		OnNotable:    backend.OnNotable,
 		Memory:       backend,
+		KeepInterval: cfg.KeepInterval,
 		Clock:        clock.RealClock{},
 		Logger:       log,
 	})

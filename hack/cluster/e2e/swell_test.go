@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ const (
 	queueProxyPort   = 8012
 	// activators is how many activators the suite runs.
 	activators = 3
+	// memoryKeepInterval is the autoscaler's MEMORY_KEEP_INTERVAL in the
+	// suite.
+	memoryKeepInterval = 3 * time.Second
 	// installTimeout bounds Swell's install: the images are on the node
 	// already, so this is the control plane, the containers' start and the
 	// readiness probes.
@@ -64,8 +68,17 @@ var installSwell = sync.OnceValue(func() error {
 	if overlay == "" {
 		return fmt.Errorf("SWELL_DEPLOY is not set, so Swell's images are not known: %s", runHint)
 	}
-	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", overlay); err != nil {
-		return fmt.Errorf("kubectl apply -k %s: %v\n%s", overlay, err, out)
+	// The overlay, with what the suite sets: what a service's policy
+	// learns is written every few seconds rather than every five minutes,
+	// so that a test sees it kept (TestSwellLeaderFailover). A wrapping
+	// kustomization, so that the autoscaler starts with it, not rolls.
+	suite, err := suiteOverlay(overlay)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(suite)
+	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", suite); err != nil {
+		return fmt.Errorf("kubectl apply -k %s (over %s): %v\n%s", suite, overlay, err, out)
 	}
 	cfg, err := adminConfig()
 	if err != nil {
@@ -103,6 +116,39 @@ var installSwell = sync.OnceValue(func() error {
 	return nil
 })
 
+// suiteOverlay writes, in a new temporary directory, a kustomization of
+// overlay with the suite's settings, and returns the directory.
+func suiteOverlay(overlay string) (string, error) {
+	dir, err := os.MkdirTemp("", "swell-e2e-overlay-")
+	if err != nil {
+		return "", err
+	}
+	abs, err := filepath.Abs(overlay)
+	if err != nil {
+		return "", err
+	}
+	// kustomize takes no absolute path to a base.
+	rel, err := filepath.Rel(dir, abs)
+	if err != nil {
+		return "", err
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+patches:
+  - target: {kind: Deployment, name: autoscaler}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: MEMORY_KEEP_INTERVAL, value: %s}
+`, rel, memoryKeepInterval)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
 // swellReady says what Swell still lacks, or nil.
 func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 	for _, name := range []string{"autoscaler", "activator"} {
@@ -110,8 +156,9 @@ func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 		if err != nil {
 			return err
 		}
-		if d.Spec.Replicas == nil || d.Status.ReadyReplicas < *d.Spec.Replicas {
-			return fmt.Errorf("deployment %s: %d of %d ready", name, d.Status.ReadyReplicas, ptrOr(d.Spec.Replicas, 1))
+		want := ptrOr(d.Spec.Replicas, 1)
+		if st := d.Status; st.ObservedGeneration < d.Generation || st.UpdatedReplicas < want || st.ReadyReplicas < want || st.Replicas > want {
+			return fmt.Errorf("deployment %s: %d of %d updated and %d ready, %d in all", name, st.UpdatedReplicas, want, st.ReadyReplicas, st.Replicas)
 		}
 	}
 	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "swell-webhook", metav1.GetOptions{})
@@ -804,7 +851,30 @@ func TestSwellLeaderFailover(t *testing.T) {
 		"autoscaling.swell.run/window":                "120s",
 		"autoscaling.swell.run/target-burst-capacity": "0",
 	}))
+	// A service of the learning policy: once its first pod is ready it
+	// has measured a startup, which the leader keeps in its status
+	// annotation.
+	const learner = "learner"
+	e.createHello(swellHello(learner, nil, map[string]string{
+		"autoscaling.swell.run/class":         "adaptive",
+		"autoscaling.swell.run/initial-scale": "1",
+		"autoscaling.swell.run/min-scale":     "1",
+	}))
 	e.waitServingSwell(name, 3)
+	var memory string
+	e.eventuallyWithin(learner+"'s memory in its status annotation", scaleTimeout, func(ctx context.Context) error {
+		st, err := e.status(ctx, learner)
+		if err != nil {
+			return err
+		}
+		m, _ := st["memory"].(string)
+		if m == "" {
+			return fmt.Errorf("status %v has no memory", st)
+		}
+		memory = m
+		return nil
+	})
+	t.Logf("%s's memory: %s", learner, memory)
 
 	lease, err := e.cs.CoordinationV1().Leases(swellNamespace).Get(t.Context(), leaseName, metav1.GetOptions{})
 	if err != nil {
@@ -887,6 +957,30 @@ func TestSwellLeaderFailover(t *testing.T) {
 	code, body, err := e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
 		t.Errorf("GET at the ClusterIP after the failover: %d %q %v", code, body, err)
+	}
+	// The new leader took the learner in with what the old one learned,
+	// and its status writes keep the memory there.
+	e.eventually("the new leader remembering what "+learner+" learned", func(ctx context.Context) error {
+		p, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, leader, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		logs, err := e.podLogs(ctx, p, "autoscaler", false)
+		if err != nil {
+			return err
+		}
+		for line := range strings.Lines(logs) {
+			if strings.Contains(line, "service added") && strings.Contains(line, e.ns+"/"+learner) {
+				if !strings.Contains(line, "remembering what it learned") {
+					return fmt.Errorf("the new leader added %s without its memory: %s", learner, line)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("the new leader has not added %s yet", learner)
+	})
+	if st, err := e.status(t.Context(), learner); err != nil || st["memory"] == nil || st["memory"] == "" {
+		t.Errorf("%s's status after the failover: %v %v, want its memory kept", learner, st, err)
 	}
 }
 

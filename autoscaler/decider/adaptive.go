@@ -89,6 +89,11 @@ const (
 	// drainShare: a backlog is sized to drain within 1/drainShare of a
 	// pod's start.
 	drainShare = 2
+	// maxCandidates bounds the times a plan is searched over.
+	maxCandidates = 16
+	// quiet is the least idle time a gap counts from: a second's load is
+	// reported up to a second after it ends.
+	quiet = 2 * time.Second
 	// budgetShare is the share of kpa's idle pod-seconds a plan may
 	// spend: a margin for what the histogram's bins round away.
 	budgetShare = 1
@@ -179,8 +184,8 @@ func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 
 	// Traffic stopped and the plan lets the pods go now: recommend zero,
 	// and the scale-to-zero gate applies the plan (Decider.guard).
-	idle := in.now.Sub(in.lastTraffic)
-	if p, ok := a.idlePlan(sp); ok && in.panic == 0 && in.pending == 0 && !in.lastTraffic.IsZero() && idle >= p.keep && r.desired > 0 && !r.inPanic {
+	idle := in.now.Sub(in.lastSeen)
+	if p, ok := a.idlePlan(sp); ok && in.pending == 0 && !in.lastSeen.IsZero() && idle >= p.keep && r.desired > 0 && !r.inPanic {
 		r.desired = 0
 		b = append(b[:0], "idle: the plan lets the pods go"...)
 	}
@@ -190,9 +195,10 @@ func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 // observe learns from one decision's input, whether or not the window has
 // data: an idle gap that ended, a startup finished, a surge.
 func (a *adaptive) observe(in *input) {
-	if !a.last.IsZero() && !a.prevTraffic.IsZero() && in.lastTraffic.After(a.prevTraffic) {
-		// Traffic again: a gap ended if the last decision found none.
-		if gap := in.lastTraffic.Sub(a.prevTraffic); a.last.After(a.prevTraffic) && gap > 0 {
+	if !a.last.IsZero() && !a.prevTraffic.IsZero() && in.lastSeen.After(a.prevTraffic) {
+		// Traffic again: a gap ended if the last decision had seen none
+		// for longer than a second's bucket takes to be reported.
+		if gap := in.lastSeen.Sub(a.prevTraffic); a.last.Sub(a.prevTraffic) > quiet && gap > 0 {
 			a.record(gap)
 		}
 	}
@@ -200,7 +206,7 @@ func (a *adaptive) observe(in *input) {
 		// The tick: the longest recent interval (pokes come between).
 		a.interval = max(in.now.Sub(a.last), a.interval*63/64)
 	}
-	a.last, a.prevTraffic = in.now, in.lastTraffic
+	a.last, a.prevTraffic = in.now, in.lastSeen
 
 	if a.upWant > 0 && in.ready >= a.upWant {
 		took := in.now.Sub(a.upAt)
@@ -254,7 +260,7 @@ func (a *adaptive) record(gap time.Duration) {
 // of it already passed when the decider last saw traffic) and the grace
 // period is over.
 func budgetKeep(sp *autoscaling.Spec) time.Duration {
-	return max(sp.StableWindow-sp.PanicWindow, sp.ScaleToZeroGracePeriod)
+	return max(sp.StableWindow, sp.ScaleToZeroGracePeriod)
 }
 
 // idlePlan returns the plan for the gaps seen so far; false while there
@@ -264,7 +270,7 @@ func (a *adaptive) idlePlan(sp *autoscaling.Spec) (idlePlan, bool) {
 		return a.plan, a.plan.n >= minGaps
 	}
 	a.planned = true
-	a.plan = planIdle(&a.gaps, budgetKeep(sp), a.startup, sp.PanicWindow+a.interval, a.lead())
+	a.plan = planIdle(&a.gaps, budgetKeep(sp), a.startup, quiet+a.interval, a.lead())
 	return a.plan, a.plan.n >= minGaps
 }
 
@@ -292,12 +298,16 @@ func planIdle(h *[gapBins]uint16, budget, startup, release, lead time.Duration) 
 		return best
 	}
 	type outcome struct{ cost, cold float64 }
+	var held []int // the bins holding gaps
+	for i, c := range h {
+		if c > 0 {
+			held = append(held, i)
+		}
+	}
 	eval := func(keep, prewarm, until time.Duration) outcome {
 		var o outcome
-		for i, c := range h {
-			if c == 0 {
-				continue
-			}
+		for _, i := range held {
+			c := h[i]
 			// Whether a gap ends cold is judged at its bin's middle; what it
 			// costs, at its bin's upper edge, so that the bins' rounding
 			// cannot take a plan over its budget.
@@ -335,24 +345,51 @@ func planIdle(h *[gapBins]uint16, budget, startup, release, lead time.Duration) 
 	better := func(o outcome) bool {
 		return o.cost <= limit.cost+1e-9 && (o.cold < bo.cold || o.cold == bo.cold && o.cost < bo.cost)
 	}
-	// Keep the last pod for some time.
-	for i := range gapBins {
-		k := gapEdge(i + 1)
+	// The candidate times: the edges of the bins that hold gaps, and the
+	// earliest a pod can be let go.
+	var edges []time.Duration
+	for i, c := range h {
+		if c > 0 {
+			for _, e := range [2]time.Duration{gapEdge(i), gapEdge(i + 1)} {
+				if len(edges) == 0 || edges[len(edges)-1] != e {
+					edges = append(edges, e)
+				}
+			}
+		}
+	}
+	// At most maxCandidates of them, spread over the range: a plan is
+	// searched over every triple, and a wide histogram would make that
+	// slow for little gain.
+	if len(edges) > maxCandidates {
+		picked := make([]time.Duration, 0, maxCandidates)
+		for i := range maxCandidates {
+			picked = append(picked, edges[i*(len(edges)-1)/(maxCandidates-1)])
+		}
+		edges = picked
+	}
+	keeps := append([]time.Duration{release}, edges...)
+	// Keep the last pod for some time, and then perhaps let it go and
+	// start one again before the later gaps end.
+	for _, k := range keeps {
+		if k < release {
+			continue
+		}
 		if o := eval(k, 0, 0); better(o) {
 			best, bo = idlePlan{keep: k, n: n}, o
 		}
-	}
-	// Let it go at once and come back before the gaps end.
-	if startup > 0 {
-		for i := range gapBins {
-			p := gapEdge(i)
-			if p-lead <= release {
+		if startup == 0 {
+			continue
+		}
+		for _, p := range edges {
+			if p-lead <= k {
 				continue
 			}
-			for j := i + 1; j <= gapBins; j++ {
-				u := gapEdge(j)
-				if o := eval(release, p, u); better(o) {
-					best, bo = idlePlan{keep: release, prewarm: p, until: u, n: n}, o
+			for _, u := range edges {
+				if u <= p {
+					continue
+				}
+				if o := eval(k, p, u); better(o) {
+					best, bo = idlePlan{keep: k, prewarm: p, until: u, n: n}, o
 				}
 			}
 		}

@@ -159,3 +159,15 @@ func autoscalingSpec(tb testing.TB, class string) autoscaling.Spec {
 	}
 	return sp
 }
+
+// BenchmarkPlanIdle plans over a histogram with every bin full, the
+// slowest case: once per idle gap a service has.
+func BenchmarkPlanIdle(b *testing.B) {
+	var h [gapBins]uint16
+	for i := range h {
+		h[i] = uint16(1 + i%7)
+	}
+	for b.Loop() {
+		planIdle(&h, time.Minute, 2*time.Second, 4*time.Second, 5*time.Second)
+	}
+}

@@ -122,6 +122,10 @@ type Decider struct {
 	initialized bool
 
 	lastTraffic time.Time
+	// lastSeen is the last traffic itself: the newest second with load,
+	// or a request at the activator (lastTraffic also counts the panic
+	// window's echo of it as traffic).
+	lastSeen time.Time
 	// wantZero is set while the bounded recommendation is 0; zeroSince is
 	// when that started (the retention period counts from it).
 	wantZero  bool
@@ -314,7 +318,13 @@ func (d *Decider) Decide(o Observation) Decision {
 	if in.panic > 0 || pending > 0 || o.Poked {
 		d.lastTraffic = now
 	}
-	in.lastTraffic, in.pending = d.lastTraffic, pending
+	if lt := o.LastTraffic; lt.After(d.lastSeen) {
+		d.lastSeen = minTime(lt, now)
+	}
+	if pending > 0 || o.Poked {
+		d.lastSeen = now
+	}
+	in.lastTraffic, in.lastSeen, in.pending = d.lastTraffic, d.lastSeen, pending
 	in.hasArrivals, in.arrStable, in.arrPanic, in.arrRecent = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic), clean(o.ArrivalsRecent)
 	if !d.initialized && in.ready >= d.spec.InitialScale {
 		d.initialized = true
@@ -433,12 +443,12 @@ func (d *Decider) guard(desired int, in *input, o *Observation, pending int, b [
 	if !d.wantZero {
 		d.wantZero, d.zeroSince = true, in.now
 	}
-	if a, ok := d.policy.(*adaptive); ok && in.panic == 0 && !d.lastTraffic.IsZero() {
+	if a, ok := d.policy.(*adaptive); ok && pending == 0 && !o.Poked && !d.lastSeen.IsZero() {
 		// The learned plan replaces the stable window's traffic and the
 		// grace period; the activator and the retention period stand.
 		var n int
 		var decided bool
-		if n, decided, b = a.idleScale(sp, in.now.Sub(d.lastTraffic), d.scale == 0, b); decided {
+		if n, decided, b = a.idleScale(sp, in.now.Sub(d.lastSeen), d.scale == 0, b); decided {
 			switch {
 			case n > 0:
 				return n, true, b

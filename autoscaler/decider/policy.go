@@ -41,6 +41,7 @@ type input struct {
 	// lastTraffic is when the decider last saw traffic (this decision's
 	// included); pending the requests at the activator.
 	lastTraffic time.Time
+	lastSeen    time.Time
 	pending     int
 	// hasArrivals says arrivals per second over the stable and panic
 	// windows are known (Observation.HasArrivals).

@@ -136,17 +136,18 @@ func TestProperties(t *testing.T) {
 			if !spec.ScaleToZeroEnabled && got.Scale == 0 {
 				fail(step, "zero with scale to zero disabled: %+v", got)
 			}
-			// The adaptive policy's learned idle plan replaces two of kpa's
-			// rules: traffic only in the stable window (none for a panic
-			// window) and the grace period no longer hold a pod.
+			// The adaptive policy's learned idle plan replaces three of
+			// kpa's rules: a service is idle from its last traffic itself
+			// (the newest second with load), so the windows' echo of it
+			// and the grace period no longer hold a pod.
 			learned := spec.Class == autoscaling.ClassAdaptive
-			underLoad := (o.Stable > 0 && !learned) || o.Panic > 0 || o.ActivatorPending > 0 || o.Poked
+			underLoad := ((o.Stable > 0 || o.Panic > 0) && !learned) || o.ActivatorPending > 0 || o.Poked
 			if underLoad && got.Scale < spec.ActivationScale {
 				fail(step, "under load below activation-scale: %+v", got)
 			}
 			if got.Scale == 0 {
 				switch {
-				case o.Panic > 0 || o.Stable > 0 && !learned:
+				case (o.Panic > 0 || o.Stable > 0) && !learned:
 					fail(step, "zero with traffic in the window: %+v", got)
 				case o.ActivatorPending > 0:
 					fail(step, "zero with requests at the activator: %+v", got)

@@ -58,6 +58,9 @@ type learned struct {
 	// startup is the measured time from asking for pods to their being
 	// ready (an exponentially weighted mean); 0 until measured.
 	startup time.Duration
+	// startupDev is the startups' mean absolute deviation from startup
+	// (an exponentially weighted mean); 0 until two were measured.
+	startupDev time.Duration
 	// service is a request's time in the system when nothing queues:
 	// concurrency over arrivals (Little's law), an exponentially weighted
 	// mean; 0 until measured.
@@ -213,6 +216,11 @@ func (a *adaptive) observe(in *input) {
 		if a.startup == 0 {
 			a.startup = took
 		} else {
+			dev := took - a.startup
+			if dev < 0 {
+				dev = -dev
+			}
+			a.startupDev = time.Duration(startupWeight*float64(dev) + (1-startupWeight)*float64(a.startupDev))
 			a.startup = time.Duration(startupWeight*float64(took) + (1-startupWeight)*float64(a.startup))
 		}
 		a.upWant = 0
@@ -275,10 +283,15 @@ func (a *adaptive) idlePlan(sp *autoscaling.Spec) (idlePlan, bool) {
 }
 
 // lead is how long before a pre-warmed pod must be ready it is asked for:
-// its startup with a quarter to spare, and a decision's interval, since
+// its startup, twice the startups' deviation to spare (a quarter of the
+// startup while only one was measured), and a decision's interval, since
 // the ask waits for a decision.
 func (a *adaptive) lead() time.Duration {
-	return a.startup + a.startup/4 + a.interval
+	spare := 2 * a.startupDev
+	if a.startupDev == 0 {
+		spare = a.startup / 4
+	}
+	return a.startup + spare + a.interval
 }
 
 // planIdle chooses, for the gaps of h, the idle plan with the fewest cold
@@ -455,24 +468,27 @@ func (a *adaptive) setSpec(sp *autoscaling.Spec) {
 	a.kpa.setSpec(sp)
 }
 
-// memoryVersion tags the encoding of learned.
-const memoryVersion = 1
+// memoryVersion tags the encoding of learned. Version 1, without the
+// startups' deviation, is still read.
+const memoryVersion = 2
 
 // maxMemory bounds an encoded memory; a larger one is refused unread.
 const maxMemory = 1024
 
 // marshal encodes what the policy learned, compactly: a version, the
-// startup (in tenths of a second), the service time (in milliseconds),
+// startup and its deviation (in tenths of a second), the service time (in
+// milliseconds),
 // the burst (in hundredths), then each non-empty gap bin and its count.
 // Values are rounded so that small drifts do not make a new memory to
 // keep. nil when nothing was learned.
 func (l *learned) marshal() []byte {
-	if l.startup == 0 && l.service == 0 && l.burst == 0 && l.gaps == [gapBins]uint16{} {
+	if l.startup == 0 && l.startupDev == 0 && l.service == 0 && l.burst == 0 && l.gaps == [gapBins]uint16{} {
 		return nil
 	}
 	b := make([]byte, 0, 64)
 	b = append(b, memoryVersion)
 	b = binary.AppendUvarint(b, uint64((l.startup+50*time.Millisecond)/(100*time.Millisecond)))
+	b = binary.AppendUvarint(b, uint64((l.startupDev+50*time.Millisecond)/(100*time.Millisecond)))
 	b = binary.AppendUvarint(b, uint64((l.service+time.Millisecond/2)/time.Millisecond))
 	b = binary.AppendUvarint(b, uint64(math.Round(min(l.burst, 1e9)*100)))
 	n := 0
@@ -497,9 +513,10 @@ func (l *learned) unmarshal(b []byte) error {
 	if len(b) > maxMemory {
 		return fmt.Errorf("a memory of %d bytes, more than %d", len(b), maxMemory)
 	}
-	if len(b) == 0 || b[0] != memoryVersion {
-		return errors.New("not a memory of this version")
+	if len(b) == 0 || b[0] != memoryVersion && b[0] != 1 {
+		return errors.New("not a memory of a known version")
 	}
+	version := b[0]
 	b = b[1:]
 	next := func(limit uint64) (uint64, error) {
 		v, n := binary.Uvarint(b)
@@ -514,6 +531,12 @@ func (l *learned) unmarshal(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("startup: %w", err)
 	}
+	var startupDev uint64
+	if version >= 2 {
+		if startupDev, err = next(uint64(time.Hour / (100 * time.Millisecond))); err != nil {
+			return fmt.Errorf("startup deviation: %w", err)
+		}
+	}
 	service, err := next(uint64(time.Hour / time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("service time: %w", err)
@@ -523,6 +546,7 @@ func (l *learned) unmarshal(b []byte) error {
 		return fmt.Errorf("burst: %w", err)
 	}
 	out.startup = time.Duration(startup) * 100 * time.Millisecond
+	out.startupDev = time.Duration(startupDev) * 100 * time.Millisecond
 	out.service = time.Duration(service) * time.Millisecond
 	out.burst = float64(burst) / 100
 	if len(b) == 0 {

@@ -1,6 +1,7 @@
 package decider
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -95,7 +96,7 @@ func TestAdaptiveMemory(t *testing.T) {
 		t.Errorf("memory %x before learning anything", d.Memory())
 	}
 	a := d.policy.(*adaptive)
-	a.startup, a.service, a.burst = 2340*time.Millisecond, 203*time.Millisecond, 12.345
+	a.startup, a.startupDev, a.service, a.burst = 2340*time.Millisecond, 420*time.Millisecond, 203*time.Millisecond, 12.345
 	for i := range gapBins {
 		a.gaps[i] = uint16(1000 + i)
 	}
@@ -108,8 +109,18 @@ func TestAdaptiveMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := d2.policy.(*adaptive)
-	if b.startup != 2300*time.Millisecond || b.service != 203*time.Millisecond || b.burst != 12.35 && b.burst != 12.34 || b.gaps != a.gaps {
+	if b.startup != 2300*time.Millisecond || b.startupDev != 400*time.Millisecond || b.service != 203*time.Millisecond || b.burst != 12.35 && b.burst != 12.34 || b.gaps != a.gaps {
 		t.Errorf("remembered %+v from %+v", b.learned, a.learned)
+	}
+	// A memory of version 1 (no startup deviation) is still read.
+	v1 := binary.AppendUvarint([]byte{1, 23}, 203)
+	v1 = append(v1, 0, 1, 26, 20)
+	d3 := New(spec, time.Unix(0, 0), 0)
+	if err := d3.Remember(v1); err != nil {
+		t.Fatalf("version 1: %v", err)
+	}
+	if c := d3.policy.(*adaptive); c.startup != 2300*time.Millisecond || c.startupDev != 0 || c.service != 203*time.Millisecond || c.gaps[26] != 20 {
+		t.Errorf("version 1 remembered as %+v", c.learned)
 	}
 	// Another policy keeps nothing and ignores a memory.
 	k := New(autoscalingSpec(t, "kpa"), time.Unix(0, 0), 0)

@@ -38,6 +38,11 @@ import (
 type adaptive struct {
 	kpa *kpa
 	learned
+	// hybrid makes it the hybrid policy: kpa with the idle plan of
+	// "Serverless in the Wild" taken as published (pre-warm at the idle
+	// gaps' 5th percentile, keep to their 99th), and nothing else learned
+	// put to use: the reference the adaptive policy is measured against.
+	hybrid bool
 
 	// Bookkeeping of the current episode, not worth keeping.
 	last, prevTraffic time.Time // the last decision; the last traffic seen then
@@ -156,7 +161,7 @@ func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 	// and for the backlog then left, to drain within half a start.
 	pin := *in
 	discounted := false
-	if a.service > 0 && a.startup > 0 && in.hasArrivals {
+	if a.service > 0 && a.startup > 0 && in.hasArrivals && !a.hybrid {
 		frac := min(1, drainShare*a.service.Seconds()/a.startup.Seconds())
 		slots := math.Inf(1)
 		if sp.ContainerConcurrency > 0 {
@@ -278,8 +283,48 @@ func (a *adaptive) idlePlan(sp *autoscaling.Spec) (idlePlan, bool) {
 		return a.plan, a.plan.n >= minGaps
 	}
 	a.planned = true
-	a.plan = planIdle(&a.gaps, budgetKeep(sp), a.startup, quiet+a.interval, a.lead())
+	if a.hybrid {
+		a.plan = planPercentiles(&a.gaps, a.lead(), quiet+a.interval)
+	} else {
+		a.plan = planIdle(&a.gaps, budgetKeep(sp), a.startup, quiet+a.interval, a.lead())
+	}
 	return a.plan, a.plan.n >= minGaps
+}
+
+// planPercentiles is the hybrid histogram policy's plan (Shahrad et al.,
+// USENIX ATC 2020): the pre-warm window is the idle gaps' 5th percentile
+// less 10%, the keep-alive window ends at their 99th percentile plus 10%.
+// When the pre-warm window is too short to let a pod go and start one
+// again, the pod is kept from the start. The percentiles are read at the
+// bins' edges: the head at its bin's lower edge, the tail at its upper.
+func planPercentiles(h *[gapBins]uint16, lead, release time.Duration) idlePlan {
+	n := 0
+	for _, c := range h {
+		n += int(c)
+	}
+	if n == 0 {
+		return idlePlan{}
+	}
+	quantile := func(q float64, upper bool) time.Duration {
+		want, seen := q*float64(n), 0.0
+		for i, c := range h {
+			seen += float64(c)
+			if seen >= want && c > 0 {
+				if upper {
+					return gapEdge(i + 1)
+				}
+				return gapEdge(i)
+			}
+		}
+		return gapEdge(gapBins)
+	}
+	head := quantile(0.05, false) * 9 / 10
+	tail := quantile(0.99, true) * 11 / 10
+	cold := 0.0
+	if head-lead <= release {
+		return idlePlan{keep: tail, n: n, cold: cold}
+	}
+	return idlePlan{keep: release, prewarm: head, until: tail, n: n, cold: cold}
 }
 
 // lead is how long before a pre-warmed pod must be ready it is asked for:
@@ -423,9 +468,15 @@ func (a *adaptive) idleScale(sp *autoscaling.Spec, idle time.Duration, atZero bo
 	case idle < p.keep:
 		b = append(b[:0], "keeping the last pod "...)
 		b = appendSeconds(b, p.keep.Round(time.Second))
-		b = append(b, " idle (fewest cold starts of "...)
-		b = appendInt(b, p.n)
-		b = append(b, " idle gaps for kpa's cost)"...)
+		if a.hybrid {
+			b = append(b, " idle (the 99th percentile of "...)
+			b = appendInt(b, p.n)
+			b = append(b, " idle gaps, and 10%)"...)
+		} else {
+			b = append(b, " idle (fewest cold starts of "...)
+			b = appendInt(b, p.n)
+			b = append(b, " idle gaps for kpa's cost)"...)
+		}
 		return 1, true, b
 	case p.prewarm > 0 && idle >= p.prewarm-a.lead() && idle < p.until:
 		b = append(b[:0], "pre-warming: idle gaps end between "...)
@@ -443,7 +494,7 @@ func (a *adaptive) idleScale(sp *autoscaling.Spec, idle time.Duration, atZero bo
 // over new pods as they come) rather than queued in its one pod. False
 // when the spec says 0 or −1, whose meanings stand.
 func (a *adaptive) burstCapacity(sp *autoscaling.Spec) (float64, bool) {
-	if sp.TargetBurstCapacity <= 0 {
+	if sp.TargetBurstCapacity <= 0 || a.hybrid {
 		return 0, false
 	}
 	return max(a.burst, minBurstPods*sp.Target), true

@@ -182,3 +182,22 @@ func BenchmarkPlanIdle(b *testing.B) {
 		planIdle(&h, time.Minute, 2*time.Second, 4*time.Second, 5*time.Second)
 	}
 }
+
+// The hybrid policy's plan is the published percentiles: regular gaps of
+// about 100 s pre-warm just before them and keep a little past them.
+func TestPlanPercentiles(t *testing.T) {
+	var h [gapBins]uint16
+	h[gapBin(100*time.Second)] = 95
+	h[gapBin(300*time.Second)] = 5
+	p := planPercentiles(&h, 5*time.Second, 4*time.Second)
+	lo, hi := gapEdge(gapBin(100*time.Second)), gapEdge(gapBin(300*time.Second)+1)
+	if p.prewarm != lo*9/10 || p.until != hi*11/10 || p.keep != 4*time.Second || p.n != 100 {
+		t.Errorf("plan %+v, want pre-warm at %v and keep to %v", p, lo*9/10, hi*11/10)
+	}
+	// Gaps too short to stop and restart a pod in: keep it to the tail.
+	var short [gapBins]uint16
+	short[gapBin(6*time.Second)] = 50
+	if p := planPercentiles(&short, 5*time.Second, 4*time.Second); p.prewarm != 0 || p.keep < 6*time.Second {
+		t.Errorf("plan %+v, want a keep-alive past 6s", p)
+	}
+}

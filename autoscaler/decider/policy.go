@@ -59,7 +59,7 @@ type recommendation struct {
 // unknown class is kpa, the default.
 func policyClass(c autoscaling.Class) autoscaling.Class {
 	switch c {
-	case autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID, autoscaling.ClassAdaptive:
+	case autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID, autoscaling.ClassAdaptive, autoscaling.ClassHybrid:
 		return c
 	}
 	return autoscaling.ClassKPA
@@ -77,6 +77,10 @@ func newPolicy(sp *autoscaling.Spec, now time.Time, scale int, restart bool) pol
 		return &pid{}
 	case autoscaling.ClassAdaptive:
 		return newAdaptive(now, scale, restart)
+	case autoscaling.ClassHybrid:
+		a := newAdaptive(now, scale, restart)
+		a.hybrid = true
+		return a
 	}
 	return newKPA(now, scale, restart)
 }

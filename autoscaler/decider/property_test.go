@@ -140,7 +140,7 @@ func TestProperties(t *testing.T) {
 			// kpa's rules: a service is idle from its last traffic itself
 			// (the newest second with load), so the windows' echo of it
 			// and the grace period no longer hold a pod.
-			learned := spec.Class == autoscaling.ClassAdaptive
+			learned := spec.Class == autoscaling.ClassAdaptive || spec.Class == autoscaling.ClassHybrid
 			underLoad := ((o.Stable > 0 || o.Panic > 0) && !learned) || o.ActivatorPending > 0 || o.Poked
 			if underLoad && got.Scale < spec.ActivationScale {
 				fail(step, "under load below activation-scale: %+v", got)

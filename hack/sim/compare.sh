@@ -8,7 +8,7 @@
 set -eu
 trace=${1:-../shared/traces/azure-llm-2023-conv.csv}
 swell="${SWELL:-go run ./cmd/swell}"
-policies="--policy kpa,hpa,exponential,pid,adaptive,oracle"
+policies="--policy kpa,hpa,exponential,pid,hybrid,adaptive,oracle"
 for startup in 2s 10s; do
 	run() {
 		name=$1

@@ -46,7 +46,7 @@ const (
 var keyCases = []keyCase{
 	{key: KeyClass, get: func(s Spec, _ Defaults) any { return s.Class },
 		good: []good{{"hpa", ClassHPA, nil}, {" PID ", ClassPID, nil}, {"KPA", ClassKPA, nil}, {"exponential", ClassExponential, nil}},
-		bad:  []bad{{"kpaa", `is not a known policy; accepted: kpa, hpa, exponential, pid or adaptive; did you mean "kpa"?`, nil}, {"", "is not a known policy", nil}, {"cpu", "is not a known policy", nil}}},
+		bad:  []bad{{"kpaa", `is not a known policy; accepted: kpa, hpa, exponential, pid, adaptive or hybrid; did you mean "kpa"?`, nil}, {"", "is not a known policy", nil}, {"cpu", "is not a known policy", nil}}},
 	{key: KeyMetric, get: func(s Spec, _ Defaults) any { return s.Metric },
 		good: []good{{"rps", MetricRPS, nil}, {"Concurrency", MetricConcurrency, nil}},
 		bad:  []bad{{"cpu", "is not a known metric", nil}, {"rsp", `did you mean "rps"`, nil}}},

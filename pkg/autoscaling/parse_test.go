@@ -514,7 +514,7 @@ func TestKeysLists(t *testing.T) {
 	if i, ok := Info(KeyWindow); !ok || i.Default != "1m" || i.Type != "duration" {
 		t.Errorf("Info(window) = %+v", i)
 	}
-	if i, _ := Info(KeyClass); i.Type != "kpa|hpa|exponential|pid|adaptive" || i.Default != "kpa" {
+	if i, _ := Info(KeyClass); i.Type != "kpa|hpa|exponential|pid|adaptive|hybrid" || i.Default != "kpa" {
 		t.Errorf("Info(class) = %+v", i)
 	}
 	if _, ok := Info("nope"); ok {

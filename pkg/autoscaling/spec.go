@@ -18,12 +18,13 @@ const (
 	ClassExponential Class = "exponential"
 	ClassPID         Class = "pid"
 	ClassAdaptive    Class = "adaptive"
+	ClassHybrid      Class = "hybrid"
 )
 
 // Classes returns every policy, in documentation order: the values the
 // class key accepts.
 func Classes() []Class {
-	return []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID, ClassAdaptive}
+	return []Class{ClassKPA, ClassHPA, ClassExponential, ClassPID, ClassAdaptive, ClassHybrid}
 }
 
 // Metric names what the autoscaler scales on.

@@ -250,17 +250,21 @@ func (d *Decider) Spec() autoscaling.Spec { return d.spec }
 // NoData and LastTraffic from w's history. It does not allocate.
 func (d *Decider) Measure(w *window.Window, o *Observation) {
 	sp := &d.spec
-	if sp.Averaging == autoscaling.AveragingExponential {
-		o.Stable = w.WeightedAverage(o.Now, sp.StableWindow)
-		o.Panic = w.WeightedAverage(o.Now, sp.PanicWindow)
-	} else {
-		o.Stable = w.Average(o.Now, sp.StableWindow)
-		o.Panic = w.Average(o.Now, sp.PanicWindow)
-	}
+	o.Stable, o.Panic = d.averages(w, o.Now)
 	o.NoData = !w.HasData(o.Now, sp.StableWindow)
 	if lt := w.LastNonZero(); lt.After(o.LastTraffic) {
 		o.LastTraffic = lt
 	}
+}
+
+// averages reads w over the spec's stable and panic windows ending at now,
+// with the spec's averaging.
+func (d *Decider) averages(w *window.Window, now time.Time) (stable, panic float64) {
+	sp := &d.spec
+	if sp.Averaging == autoscaling.AveragingExponential {
+		return w.WeightedAverage(now, sp.StableWindow), w.WeightedAverage(now, sp.PanicWindow)
+	}
+	return w.Average(now, sp.StableWindow), w.Average(now, sp.PanicWindow)
 }
 
 // ReadsArrivals says whether a service of spec decides on arrivals as well
@@ -277,14 +281,7 @@ const recentArrivals = 2 * time.Second
 // MeasureArrivals fills o's arrivals from w, a window of requests per
 // second, over the spec's windows as Measure does.
 func (d *Decider) MeasureArrivals(w *window.Window, o *Observation) {
-	sp := &d.spec
-	if sp.Averaging == autoscaling.AveragingExponential {
-		o.ArrivalsStable = w.WeightedAverage(o.Now, sp.StableWindow)
-		o.ArrivalsPanic = w.WeightedAverage(o.Now, sp.PanicWindow)
-	} else {
-		o.ArrivalsStable = w.Average(o.Now, sp.StableWindow)
-		o.ArrivalsPanic = w.Average(o.Now, sp.PanicWindow)
-	}
+	o.ArrivalsStable, o.ArrivalsPanic = d.averages(w, o.Now)
 	o.ArrivalsRecent = w.Average(o.Now, recentArrivals)
 	o.HasArrivals = true
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -128,7 +129,7 @@ func (o *oracle) run(reqs []Request, initial int) *Result {
 	}
 	slices.SortStableFunc(edges, func(a, b edge) int {
 		if a.at != b.at {
-			return cmpDuration(a.at, b.at)
+			return cmp.Compare(a.at, b.at)
 		}
 		return a.delta - b.delta
 	})
@@ -273,14 +274,4 @@ func ceilIndex(d time.Duration) int {
 
 func ceilSecond(d time.Duration) time.Duration {
 	return time.Duration(ceilIndex(d)) * time.Second
-}
-
-func cmpDuration(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

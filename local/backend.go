@@ -6,9 +6,12 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
@@ -41,6 +44,8 @@ type backend struct {
 	stopping sync.WaitGroup
 	// ctx bounds stops made while running; cancelled, they kill at once.
 	ctx context.Context
+	// clock times the replicas' lifetimes.
+	clock clock.PassiveClock
 }
 
 // localService is one service: its configuration, its replicas and its
@@ -69,6 +74,12 @@ type localService struct {
 
 	// view is what the front door reads on every request, without a lock.
 	view atomic.Pointer[routeView]
+
+	// born is when each replica started that has not exited yet, stopping
+	// ones included; ended sums the lifetimes of those that have: the
+	// service's replica-seconds, as a Deployment's pod-seconds.
+	born  map[*replica.Replica]time.Time
+	ended time.Duration
 }
 
 type crashSeen struct{ crashed, restarts int }
@@ -98,6 +109,7 @@ func newBackend(ctx context.Context, log *zap.Logger, svcs []config.Service) *ba
 		services:   make(map[service.Key]*localService, len(svcs)),
 		srcChanged: make(chan struct{}, 1),
 		ctx:        ctx,
+		clock:      clock.RealClock{},
 	}
 	for _, c := range svcs {
 		s := &localService{
@@ -109,6 +121,7 @@ func newBackend(ctx context.Context, log *zap.Logger, svcs []config.Service) *ba
 			route:   plan.RouteActivator,
 			next:    1,
 			crashes: make(map[string]crashSeen),
+			born:    make(map[*replica.Replica]time.Time),
 		}
 		s.refreshView()
 		b.services[s.key] = s
@@ -217,13 +230,14 @@ func (b *backend) reconcile(s *localService) error {
 			break
 		}
 		s.replicas = append(s.replicas, r)
+		s.born[r] = b.clock.Now()
 	}
 	s.mu.Unlock()
 
 	// The activator and the front door forget the victims before their
 	// queue-proxies start draining.
 	b.changed(s)
-	b.stop(b.ctx, victims)
+	b.stop(b.ctx, s, victims)
 	return startErr
 }
 
@@ -250,16 +264,53 @@ func victim[R stoppable](replicas []R, first []string) int {
 	return len(replicas) - 1
 }
 
-// stop stops replicas in the background, gracefully unless ctx ends.
-func (b *backend) stop(ctx context.Context, victims []*replica.Replica) {
+// stop stops replicas of s in the background, gracefully unless ctx ends.
+func (b *backend) stop(ctx context.Context, s *localService, victims []*replica.Replica) {
 	for _, r := range victims {
 		b.stopping.Add(1)
 		go func() {
 			defer b.stopping.Done()
 			b.log.Debug("stopping replica", zap.String("replica", r.Name()))
 			r.Stop(ctx)
+			s.exited(r, b.clock.Now())
 		}()
 	}
+}
+
+// exited adds the lifetime of r, which has stopped, to the service's.
+func (s *localService) exited(r *replica.Replica, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.born[r]; ok {
+		s.ended += now.Sub(t)
+		delete(s.born, r)
+	}
+}
+
+// replicaSeconds is the summed lifetime, until now, of every replica the
+// service has run: from its start to its exit, starting and draining
+// included, as a pod's cost runs from its creation to its deletion.
+func (s *localService) replicaSeconds(now time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	total := s.ended
+	for _, t := range s.born {
+		total += now.Sub(t)
+	}
+	return total.Seconds()
+}
+
+// collectors are the backend's metrics: each service's replica-seconds.
+func (b *backend) collectors() []prometheus.Collector {
+	cs := make([]prometheus.Collector, 0, len(b.order))
+	for _, s := range b.order {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "swell_local_replica_seconds_total",
+			Help:        "Summed lifetime of the service's replicas, from start to exit (starting and draining included): the pod-seconds it has cost.",
+			ConstLabels: prometheus.Labels{"service": s.name},
+		}, func() float64 { return s.replicaSeconds(b.clock.Now()) }))
+	}
+	return cs
 }
 
 // close ends the service: no replica starts after it. It returns the live
@@ -279,7 +330,7 @@ func (b *backend) shutdown(ctx context.Context) {
 	for _, s := range b.order {
 		victims := s.close()
 		b.changed(s)
-		b.stop(ctx, victims)
+		b.stop(ctx, s, victims)
 	}
 	b.stopping.Wait()
 }

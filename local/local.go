@@ -156,6 +156,7 @@ func Run(ctx context.Context, opts Config) (err error) {
 	s.b = newBackend(stopCtx, opts.Log.Named("backend"), opts.File.Services)
 	s.b.start = s.startReplica
 	s.b.changed = s.changed
+	s.reg.MustRegister(s.b.collectors()...)
 	// Whatever happens from here on, no replica outlives Run: replicas
 	// being stopped are killed with their context, the others at once.
 	defer func() {

@@ -62,9 +62,11 @@ type ServiceStatus struct {
 
 // ReplicaStatus is one replica.
 type ReplicaStatus struct {
-	Name     string `json:"name"`
-	State    string `json:"state"`
-	Address  string `json:"address"`
+	Name    string `json:"name"`
+	State   string `json:"state"`
+	Address string `json:"address"`
+	// Metrics is the address of its queue-proxy's stats and metrics.
+	Metrics  string `json:"metrics"`
 	Restarts int    `json:"restarts"`
 }
 
@@ -158,12 +160,12 @@ func (s *Server) serviceStatus(ls *localService) ServiceStatus {
 	}
 	reps := make([]replicaRef, 0, len(ls.replicas))
 	for _, r := range ls.replicas {
-		reps = append(reps, replicaRef{r.Name(), r.State(), r.ServingAddr(), r.Restarts()})
+		reps = append(reps, replicaRef{r.Name(), r.State(), r.ServingAddr(), r.MetricsAddr(), r.Restarts()})
 	}
 	ls.mu.Unlock()
 	ss.Replicas = make([]ReplicaStatus, 0, len(reps))
 	for _, r := range reps {
-		ss.Replicas = append(ss.Replicas, ReplicaStatus{Name: r.name, State: r.state, Address: r.addr, Restarts: r.restarts})
+		ss.Replicas = append(ss.Replicas, ReplicaStatus{Name: r.name, State: r.state, Address: r.addr, Metrics: r.metrics, Restarts: r.restarts})
 	}
 	if as, ok := s.as.ServiceStatus(ls.key); ok {
 		ss.Class, ss.Metric, ss.TargetPerPod = as.Class, as.Metric, as.TargetPerPod
@@ -183,8 +185,8 @@ func (s *Server) serviceStatus(ls *localService) ServiceStatus {
 }
 
 type replicaRef struct {
-	name, state, addr string
-	restarts          int
+	name, state, addr, metrics string
+	restarts                   int
 }
 
 // record adds the second's figures of every service to the dashboard.

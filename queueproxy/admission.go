@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 
+	"k8s.io/utils/clock"
+
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/proxy"
@@ -21,19 +23,28 @@ import (
 // but the session after it is not work the app is doing, and holding a
 // slot for its whole life would let CONTAINER_CONCURRENCY idle sessions
 // keep every other request out for as long as they stay open.
+//
+// A request that finds every slot taken has its wait observed in
+// metrics.wait once it is admitted.
 type admission struct {
 	next    http.Handler
 	breaker *breaker.Breaker
+	metrics *metrics
+	clock   clock.PassiveClock
 }
 
 func (a *admission) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if err := a.breaker.Acquire(r.Context()); err != nil {
-		if errors.Is(err, breaker.ErrQueueFull) {
-			proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
+	if !a.breaker.TryAcquire() {
+		began := a.clock.Now()
+		if err := a.breaker.Acquire(r.Context()); err != nil {
+			if errors.Is(err, breaker.ErrQueueFull) {
+				proxy.Reject(w, http.StatusServiceUnavailable, network.ReasonQueueFull)
+			}
+			// Otherwise the context ended while waiting: the client left,
+			// or a timeout fired and the timeout handler answers.
+			return
 		}
-		// Otherwise the context ended while waiting: the client left, or a
-		// timeout fired and the timeout handler answers.
-		return
+		a.metrics.wait.Observe(a.clock.Since(began).Seconds())
 	}
 	aw := &admittedWriter{ResponseWriter: w, breaker: a.breaker}
 	defer aw.release()

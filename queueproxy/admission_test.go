@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
@@ -15,9 +18,11 @@ func TestAdmission(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	fc := testclock.NewFakeClock(time.Unix(0, 0))
+	m := newMetrics(fc, func() float64 { return 0 }, func() float64 { return 0 })
 	entered := make(chan string, 3)
 	release := make(chan struct{})
-	srv := httptest.NewServer(&admission{breaker: b, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(&admission{breaker: b, metrics: m, clock: fc, next: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		entered <- r.URL.Path
 		<-release
 		w.Write([]byte("done " + r.URL.Path))
@@ -67,6 +72,8 @@ func TestAdmission(t *testing.T) {
 	fourth := get(context.Background(), "/fourth")
 	waitFor(t, "the fourth request to queue", func() bool { return b.Waiting() == 1 })
 
+	// The fourth waits 3s by the clock, then gets the first's slot.
+	fc.Step(3 * time.Second)
 	close(release)
 	for _, ch := range []chan *http.Response{first, fourth} {
 		res := <-ch
@@ -80,5 +87,12 @@ func TestAdmission(t *testing.T) {
 	}
 	if b.InFlight() != 0 || b.Waiting() != 0 {
 		t.Errorf("breaker holds %d, queues %d after all requests ended", b.InFlight(), b.Waiting())
+	}
+	// Only the fourth waited and was admitted: the first went in at once,
+	// the second left, the third was turned away.
+	got := scrape(t, m)
+	if got["swell_queue_wait_seconds_count"] != "1" || got["swell_queue_wait_seconds_sum"] != "3" {
+		t.Errorf("wait histogram: count %s, sum %s; want 1 request that waited 3s",
+			got["swell_queue_wait_seconds_count"], got["swell_queue_wait_seconds_sum"])
 	}
 }

@@ -41,6 +41,9 @@ type metrics struct {
 	requests [len(statusClasses)]prometheus.Counter
 	rejected map[string]prometheus.Counter // read-only after construction
 	duration prometheus.Histogram
+	// wait is how long the requests that found every admission slot taken
+	// waited for one.
+	wait prometheus.Histogram
 	// upgraded counts the upgraded connections (websockets) open now:
 	// in flight for the stats and the drain, but holding no admission slot.
 	upgraded atomic.Int64
@@ -73,8 +76,14 @@ func newMetrics(clk clock.PassiveClock, inFlight, queued func() float64) *metric
 		Help:    "Time from a request's arrival at the queue-proxy to the end of its response, queueing included.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
+	m.wait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "swell_queue_wait_seconds",
+		Help: "Time the requests that found every CONTAINER_CONCURRENCY slot taken waited for one; requests admitted at once are not observed.",
+		// 1ms .. ~65s, as the activator's queue wait.
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 17),
+	})
 	m.registry.MustRegister(
-		requests, rejected, m.duration,
+		requests, rejected, m.duration, m.wait,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "swell_queue_in_flight_requests",
 			Help: "Requests held by the queue-proxy now, queued or at the app.",

@@ -138,7 +138,9 @@ func (q *QueueProxy) buildHandler() http.Handler {
 		bounded = func(next http.Handler) http.Handler { return newTimeoutHandler(next, t, q.clock) }
 	}
 	if q.breaker != nil {
-		admit = func(next http.Handler) http.Handler { return &admission{next: next, breaker: q.breaker} }
+		admit = func(next http.Handler) http.Handler {
+			return &admission{next: next, breaker: q.breaker, metrics: q.metrics, clock: q.clock}
+		}
 	}
 	// Outermost first: each stage sees only what the ones above let through.
 	up := newProxy(q.cfg.UserPort, q.log)

@@ -51,6 +51,7 @@ var scenarios = []scenario{
 	{"queue-proxy", "the app directly vs through the queue-proxy: throughput, latency, CPU, memory", queueProxyScenario},
 	{"activator", "the app directly vs activator → queue-proxy → app: added latency, throughput, activator CPU and memory", activatorScenario},
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
+	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
 }
 
 // options are the command line's settings shared by all scenarios.

@@ -24,7 +24,11 @@ func testSpec(mods ...func(*autoscaling.Spec)) autoscaling.Spec {
 	s := autoscaling.Spec{
 		Class:                  autoscaling.ClassKPA,
 		Metric:                 autoscaling.MetricConcurrency,
+		Metrics:                []autoscaling.Metric{autoscaling.MetricConcurrency},
 		Averaging:              autoscaling.AveragingLinear,
+		CPUTarget:              autoscaling.ResourceTarget{Percent: 70},
+		MemoryTarget:           autoscaling.ResourceTarget{Percent: 80},
+		Gauge:                  autoscaling.GaugeSpec{Path: "/metrics", Aggregation: autoscaling.GaugeAverage},
 		Target:                 100,
 		TargetUtilization:      0.7,
 		StableWindow:           60 * time.Second,

@@ -15,12 +15,17 @@ import (
 )
 
 // Sample is one source's contribution to a service's load in one second:
-// service-wide concurrency (time-weighted average) and requests per second.
-// Several samples for the same second add up.
+// service-wide concurrency (time-weighted average) and requests per second,
+// and what the pods measured of the app: CPU in cores, memory in bytes and
+// the app gauge, each summed over the pods that reported it (Has* say any
+// did). Several samples for the same second add up.
 type Sample struct {
 	Time        time.Time
 	Concurrency float64
 	RPS         float64
+
+	CPU, Memory, Gauge          float64
+	HasCPU, HasMemory, HasGauge bool
 }
 
 // Inputs are what a decision needs besides the recorded samples.
@@ -49,6 +54,9 @@ type Service struct {
 	// window, for a policy that reads both (adaptive); nil otherwise.
 	arrivals *window.Window
 	dec      *decider.Decider
+	// extra are the windows of the metrics beyond requests the spec
+	// lists (resources.go).
+	extra extraMetrics
 	// last is the newest second's load, both metrics, summed over the
 	// samples of that second: for display, not for decisions.
 	last Sample
@@ -59,7 +67,9 @@ type Service struct {
 // holding them. With ready == 0 the service is taken as new and starts at
 // its initial scale (decider.New).
 func New(spec autoscaling.Spec, now time.Time, ready int) *Service {
-	return withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.New(spec, now, ready)})
+	s := withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.New(spec, now, ready)})
+	s.extra.setSpec(&s.spec, nil)
+	return s
 }
 
 // withArrivals gives s its arrivals window when its spec reads one.
@@ -81,7 +91,9 @@ func withArrivals(s *Service) *Service {
 // until traffic arrives rather than waking to its initial scale
 // (decider.Resume).
 func Resume(spec autoscaling.Spec, now time.Time, scale int) *Service {
-	return withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.Resume(spec, now, scale)})
+	s := withArrivals(&Service{spec: spec, win: window.New(spec.StableWindow), dec: decider.Resume(spec, now, scale)})
+	s.extra.setSpec(&s.spec, nil)
+	return s
 }
 
 // Spec returns the service's spec.
@@ -100,8 +112,10 @@ func (s *Service) SetSpec(spec autoscaling.Spec) {
 		s.win.Resize(spec.StableWindow)
 	}
 	s.dec.SetSpec(spec)
+	old := s.spec
 	s.spec = spec
 	withArrivals(s)
+	s.extra.setSpec(&s.spec, &old)
 }
 
 // Record adds a load sample to the service's window.
@@ -114,6 +128,7 @@ func (s *Service) Record(sm Sample) {
 	if s.arrivals != nil {
 		s.arrivals.Record(sm.Time, sm.RPS)
 	}
+	s.extra.record(&s.spec, &sm)
 	sec := sm.Time.Truncate(time.Second)
 	switch {
 	case sec.After(s.last.Time):
@@ -153,5 +168,8 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 	if s.arrivals != nil {
 		s.dec.MeasureArrivals(s.arrivals, &o)
 	}
-	return s.dec.Decide(o)
+	by := s.extra.combine(s.dec, &s.spec, &o)
+	d := s.dec.Decide(o)
+	d.Reason = s.extra.reason(by, d.Reason)
+	return d
 }

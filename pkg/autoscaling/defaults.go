@@ -15,9 +15,16 @@ import (
 // user's intent: PanicWindowPercentage stays a percentage because a
 // service that sets only window gets its panic window from it.
 type Defaults struct {
-	Class     Class
-	Metric    Metric
+	Class Class
+	// Metrics is the metric key's list.
+	Metrics   []Metric
 	Averaging Averaging
+
+	// CPUTarget and MemoryTarget aim the cpu and memory metrics.
+	CPUTarget, MemoryTarget ResourceTarget
+	// Gauge is per service only (the gauge keys); it is here so that the
+	// keys share one store.
+	Gauge GaugeSpec
 
 	// ConcurrencyTarget and RPSTarget are the target of a service that sets
 	// none (and, for concurrency, has no containerConcurrency):
@@ -76,8 +83,16 @@ type Defaults struct {
 func DefaultDefaults() Defaults {
 	return Defaults{
 		Class:     ClassKPA,
-		Metric:    MetricConcurrency,
+		Metrics:   []Metric{MetricConcurrency},
 		Averaging: AveragingLinear,
+
+		// The HPA has no default target; 70% of the request leaves a pod
+		// room for a burst while a new one starts, the share the
+		// concurrency target's utilization keeps too. Memory is fuller
+		// before it hurts, and does not spike as CPU does.
+		CPUTarget:    ResourceTarget{Percent: 70},
+		MemoryTarget: ResourceTarget{Percent: 80},
+		Gauge:        GaugeSpec{Path: "/metrics", Aggregation: GaugeAverage},
 
 		ConcurrencyTarget: 100,
 		RPSTarget:         200,
@@ -165,6 +180,7 @@ func DefaultSpec() Spec {
 func (d Defaults) clone() Defaults {
 	d.HPA = d.HPA.clone()
 	d.MinScaleSchedule = d.MinScaleSchedule.clone()
+	d.Metrics = slices.Clone(d.Metrics)
 	return d
 }
 

@@ -17,6 +17,13 @@ const (
 	KeyMetric                        = "metric"
 	KeyTarget                        = "target"
 	KeyTargetUtilizationPercentage   = "target-utilization-percentage"
+	KeyCPUTarget                     = "cpu-target"
+	KeyMemoryTarget                  = "memory-target"
+	KeyGauge                         = "gauge"
+	KeyGaugeTarget                   = "gauge-target"
+	KeyGaugePort                     = "gauge-port"
+	KeyGaugePath                     = "gauge-path"
+	KeyGaugeAggregation              = "gauge-aggregation"
 	KeyWindow                        = "window"
 	KeyWindowAveraging               = "window-averaging"
 	KeyPanicWindowPercentage         = "panic-window-percentage"
@@ -403,15 +410,14 @@ const acceptedPolicies = `comma-separated TYPE=VALUE/PERIOD, TYPE Pods or Percen
 
 // table lists every key in documentation order. Errors come out in this
 // order too.
-var table = []*entry{
+var table = slices.Concat([]*entry{
 	enumKey(KeyInfo{Name: KeyClass, Policies: "all",
 		Meaning: "the autoscaling policy"},
 		"policy", Classes(),
 		func(s *settings) *Class { return &s.Class }),
-	enumKey(KeyInfo{Name: KeyMetric, Policies: "all",
-		Meaning: "what is measured and aimed at: requests in flight, or requests per second"},
-		"metric", []Metric{MetricConcurrency, MetricRPS},
-		func(s *settings) *Metric { return &s.Metric }),
+	metricsKey(KeyInfo{Name: KeyMetric, Policies: "all",
+		Meaning: "what is measured and aimed at: requests in flight or per second, the app's CPU or memory, an app gauge; with several, the largest recommendation wins"},
+		func(s *settings) *[]Metric { return &s.Metrics }),
 	floatKey(KeyInfo{Name: KeyTarget, Type: "number", Scope: ScopeService, Policies: "all",
 		Default:  "containerConcurrency if > 0, else 100 (concurrency) or 200 (rps)",
 		Accepted: "a number ≥ 0.01; above containerConcurrency it is lowered to it (concurrency metric)",
@@ -423,6 +429,15 @@ var table = []*entry{
 		Meaning:  "the part of target actually aimed at, leaving headroom for bursts"},
 		percentKey, 100, numRange{lo: 1, hi: 100},
 		func(s *settings) *float64 { return &s.TargetUtilization }),
+	resourceKey(KeyInfo{Name: KeyCPUTarget, Type: "percentage or quantity", Policies: "all",
+		Accepted: "a percentage of the app container's CPU request from 1% to 1000%, such as 70%, or cores per pod as a quantity, such as 500m or 1.5",
+		Meaning:  "the CPU one pod should use (metric cpu)"},
+		MetricCPU, func(s *settings) *ResourceTarget { return &s.CPUTarget }),
+	resourceKey(KeyInfo{Name: KeyMemoryTarget, Type: "percentage or quantity", Policies: "all",
+		Accepted: "a percentage of the app container's memory request from 1% to 1000%, such as 80%, or bytes per pod as a quantity, such as 512Mi or 1G",
+		Meaning:  "the memory one pod should use (metric memory)"},
+		MetricMemory, func(s *settings) *ResourceTarget { return &s.MemoryTarget }),
+}, gaugeKeys(), []*entry{
 	durationKey(KeyInfo{Name: KeyWindow, Type: "duration", Policies: "all",
 		Accepted: "a duration from 6s to 1h in whole seconds, e.g. 60s, 1m30s or 90",
 		Meaning:  "the stable window the metric is averaged over"},
@@ -601,7 +616,7 @@ var table = []*entry{
 		Meaning:  "how often the autoscaler decides for every service"},
 		durRange{lo: 100 * time.Millisecond, hi: time.Minute},
 		func(s *settings) *time.Duration { return &s.TickInterval }),
-}
+})
 
 const toleranceAccepted = "a fraction from 0 to below 1, e.g. 0.1 or 10%"
 

@@ -303,6 +303,7 @@ func (p *parser) crossCheck() {
 			"is not allowed with", "an integer ≥ 1, or 0 when enable-scale-to-zero and allow-zero-initial-scale are both true",
 			"does not allow", "true, or an initial-scale ≥ 1")
 	}
+	p.checkGauge()
 	if s.PID.Kp == 0 && s.PID.Ki == 0 {
 		p.conflict(KeyPIDKp, KeyPIDKi,
 			"leaves the controller without a gain along with", "a number > 0 when pid-ki is 0",
@@ -315,8 +316,12 @@ func (p *parser) spec(cc int) Spec {
 	s := p.s.Defaults.clone()
 	return Spec{
 		Class:                   s.Class,
-		Metric:                  s.Metric,
+		Metric:                  requestMetric(s.Metrics),
+		Metrics:                 s.Metrics,
 		Averaging:               s.Averaging,
+		CPUTarget:               s.CPUTarget,
+		MemoryTarget:            s.MemoryTarget,
+		Gauge:                   s.Gauge,
 		ContainerConcurrency:    cc,
 		Target:                  p.target(cc),
 		TargetUtilization:       s.TargetUtilization,
@@ -341,11 +346,21 @@ func (p *parser) spec(cc int) Spec {
 	}
 }
 
+// requestMetric is the request metric ms lists, or concurrency.
+func requestMetric(ms []Metric) Metric {
+	for _, m := range ms {
+		if m.IsRequestMetric() {
+			return m
+		}
+	}
+	return MetricConcurrency
+}
+
 // target resolves the target as Knative does: containerConcurrency bounds
 // a concurrency target and is its default; otherwise the cluster's
 // default for the metric.
 func (p *parser) target(cc int) float64 {
-	concurrency := p.s.Metric == MetricConcurrency
+	concurrency := requestMetric(p.s.Metrics) == MetricConcurrency
 	switch {
 	case p.s.targetSet && concurrency && cc > 0:
 		return min(p.s.target, float64(cc))

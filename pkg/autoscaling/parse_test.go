@@ -17,7 +17,11 @@ func TestDefaultsAreKnatives(t *testing.T) {
 	want := Spec{
 		Class:                   ClassKPA,
 		Metric:                  MetricConcurrency,
+		Metrics:                 []Metric{MetricConcurrency},
 		Averaging:               AveragingLinear,
+		CPUTarget:               ResourceTarget{Percent: 70},
+		MemoryTarget:            ResourceTarget{Percent: 80},
+		Gauge:                   GaugeSpec{Path: "/metrics", Aggregation: GaugeAverage},
 		ContainerConcurrency:    0,
 		Target:                  100, // container-concurrency-target-default
 		TargetUtilization:       0.7,

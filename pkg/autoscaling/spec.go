@@ -48,9 +48,25 @@ const (
 // Spec is one service's complete, validated autoscaling configuration:
 // defaults filled in, every value in range. Deciders take it as it is.
 type Spec struct {
-	Class     Class
-	Metric    Metric
+	Class Class
+	// Metric is the request metric: the concurrency or rps that Metrics
+	// lists, or concurrency when it lists neither, since burst capacity
+	// and the wake from zero count requests whatever decides the pods.
+	Metric Metric
+	// Metrics recommend pods, as the metric key lists them; the largest
+	// recommendation wins. Empty means Metric alone (Votes).
+	Metrics   []Metric
 	Averaging Averaging
+
+	// CPUTarget and MemoryTarget aim the cpu and memory metrics.
+	CPUTarget, MemoryTarget ResourceTarget
+	// CPURequest (cores) and MemoryRequest (bytes) are the app container's
+	// requests, which percentage targets are taken of (WithRequests).
+	// Like ContainerConcurrency they are not keys: they come from the
+	// workload.
+	CPURequest, MemoryRequest float64
+	// Gauge is the app gauge the gauge metric reads.
+	Gauge GaugeSpec
 
 	// ContainerConcurrency is the service's hard per-pod limit (0 = none).
 	// It is not an autoscaling key (swell.run/container-concurrency), but

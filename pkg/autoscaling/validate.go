@@ -2,6 +2,7 @@ package autoscaling
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"time"
 )
@@ -36,6 +37,15 @@ func (s Spec) Validate() error {
 		p.fail(KeyPanicWindowPercentage, "gives a panic window of "+s.PanicWindow.String()+", shorter than one 1s bucket",
 			"a percentage giving a panic window of at least 1s", "")
 	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"CPU request", s.CPURequest}, {"memory request", s.MemoryRequest}} {
+		if !(r.v >= 0) || math.IsInf(r.v, 1) {
+			p.errs = append(p.errs, &Error{Key: r.name, Name: r.name, Value: strconv.FormatFloat(r.v, 'g', -1, 64),
+				Problem: problemRange, Accepted: "a finite number ≥ 0 (0: none)"})
+		}
+	}
 	p.checkContainerConcurrency(s.ContainerConcurrency, ContainerConcurrencyKey)
 	p.crossCheck()
 	return errors.Join(p.errs...)
@@ -48,8 +58,11 @@ func fromSpec(s Spec) settings {
 	return settings{
 		Defaults: Defaults{
 			Class:                   s.Class,
-			Metric:                  s.Metric,
+			Metrics:                 s.Votes(),
 			Averaging:               s.Averaging,
+			CPUTarget:               s.CPUTarget,
+			MemoryTarget:            s.MemoryTarget,
+			Gauge:                   s.Gauge,
 			ConcurrencyTarget:       s.Target,
 			RPSTarget:               s.Target,
 			TargetUtilization:       s.TargetUtilization,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -46,6 +47,69 @@ type Report struct {
 	// but in no share came from an activator that did not name itself, or
 	// from one past the limit.
 	ByActivator []ActivatorShare `json:"byActivator,omitempty"`
+	// App is what the reporter measured of the app itself (version 3);
+	// zero from a reporter that measures nothing, or speaks an older
+	// version.
+	App AppUsage `json:"app,omitzero"`
+}
+
+// AppUsage is what a queue-proxy measured of its app in a period: each
+// figure only when its Has flag is set (the service scales on it, and the
+// measurement worked), and zero otherwise.
+type AppUsage struct {
+	// CPU is the cores the app's processes used, averaged over the period.
+	CPU    float64 `json:"cpu,omitempty"`
+	HasCPU bool    `json:"hasCpu,omitempty"`
+	// Memory is the bytes the app's processes held resident at its end.
+	Memory    uint64 `json:"memory,omitempty"`
+	HasMemory bool   `json:"hasMemory,omitempty"`
+	// Gauge is the value of the app gauge whose selector has the key
+	// GaugeKey, read from the app during the period.
+	Gauge    float64 `json:"gauge,omitempty"`
+	GaugeKey uint64  `json:"gaugeKey,omitempty"`
+	HasGauge bool    `json:"hasGauge,omitempty"`
+	// GaugeProblem says why a gauge the pod should read is missing, so
+	// that the autoscaler can tell its users; GaugeOK with a gauge.
+	GaugeProblem GaugeProblem `json:"gaugeProblem,omitempty"`
+}
+
+// GaugeProblem is why a queue-proxy has no value of its app gauge.
+type GaugeProblem uint8
+
+// The gauge problems, as the queue-proxy classifies a failed read.
+const (
+	GaugeOK GaugeProblem = iota
+	// GaugeUnreachable: the app's metrics endpoint did not answer.
+	GaugeUnreachable
+	// GaugeTimeout: it did not answer in time.
+	GaugeTimeout
+	// GaugeStatus: it answered with a status other than 2xx.
+	GaugeStatus
+	// GaugeTooLarge: its page was longer than the queue-proxy reads.
+	GaugeTooLarge
+	// GaugeNotNumber: its page does not parse as the Prometheus format.
+	GaugeNotNumber
+	// GaugeMissing: its page holds no series the selector matches.
+	GaugeMissing
+	// GaugeType: the series is a histogram or a summary.
+	GaugeType
+	// GaugeNotFinite: the value is NaN or infinite.
+	GaugeNotFinite
+	// GaugeNegative: the value is below zero.
+	GaugeNegative
+	numGaugeProblems
+)
+
+var gaugeProblemNames = [numGaugeProblems]string{
+	"ok", "unreachable", "timeout", "status", "too large", "not a number", "missing", "wrong type", "not finite", "negative",
+}
+
+// String names the problem in a few words.
+func (p GaugeProblem) String() string {
+	if p < numGaugeProblems {
+		return gaugeProblemNames[p]
+	}
+	return "unknown problem " + strconv.Itoa(int(p))
 }
 
 // ActivatorShare is one activator's part of a report's proxied figures.
@@ -65,10 +129,19 @@ const MaxActivatorShares = 8
 // FNV-1a hash, 1 for a hash of 0, so that 0 never names one. The pods
 // hash the name an activator puts on its requests, the autoscaler the
 // name it reports under; equal names meet.
-func ActivatorKey(name string) uint64 {
+func ActivatorKey(name string) uint64 { return key(name) }
+
+// GaugeKey is the key of an app gauge's selector in reports, made as
+// ActivatorKey's: a report carries the key of the selector its pod was
+// configured with, so that during a rollout to another gauge the
+// autoscaler does not add values of two different series.
+func GaugeKey(selector string) uint64 { return key(selector) }
+
+// key is s's 64-bit FNV-1a hash, 1 for a hash of 0.
+func key(s string) uint64 {
 	h := uint64(14695981039346656037)
-	for i := 0; i < len(name); i++ {
-		h ^= uint64(name[i])
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
 		h *= 1099511628211
 	}
 	return max(h, 1)
@@ -83,6 +156,10 @@ const ContentType = "application/vnd.swell.stats.v1"
 // proxied figures by activator.
 const ContentTypeV2 = "application/vnd.swell.stats.v2"
 
+// ContentTypeV3 is the media type of version 3: version 2's fields and
+// what the queue-proxy measured of the app (AppUsage).
+const ContentTypeV3 = "application/vnd.swell.stats.v3"
+
 // Version is the first byte of a version-1 binary Report. Any change to
 // the layout gets a new version and a new content type (see
 // docs/stats.md).
@@ -91,15 +168,33 @@ const Version = 1
 // Version2 is the first byte of a version-2 binary Report.
 const Version2 = 2
 
+// Version3 is the first byte of a version-3 binary Report.
+const Version3 = 3
+
 // BinarySize is the length of a version-1 binary Report.
 const BinarySize = 1 + 7*8
 
 // shareSize is the length of one ActivatorShare in a version-2 Report.
 const shareSize = 3 * 8
 
-// MaxBinarySize is the longest binary Report of either version: version
-// 2 with MaxActivatorShares shares.
-const MaxBinarySize = BinarySize + 1 + MaxActivatorShares*shareSize
+// appSize is the length of the AppUsage block that ends a version-3
+// Report: a byte of flags (appCPU, appMemory, appGauge), then the CPU,
+// the memory, the gauge's key and its value, 8 bytes each.
+const appSize = 1 + 4*8
+
+// The flags of the AppUsage block; the gauge's problem takes the bits
+// from appProblemShift up.
+const (
+	appCPU          = 1 << 0
+	appMemory       = 1 << 1
+	appGauge        = 1 << 2
+	appFlags        = appCPU | appMemory | appGauge
+	appProblemShift = 3
+)
+
+// MaxBinarySize is the longest binary Report of any version: version 3
+// with MaxActivatorShares shares.
+const MaxBinarySize = BinarySize + 1 + MaxActivatorShares*shareSize + appSize
 
 // Offsets of the fields in a version-1 binary Report; all little-endian.
 const (
@@ -138,7 +233,40 @@ func (r Report) AppendBinary(b []byte) []byte {
 // not allocate when b has MaxBinarySize bytes of spare capacity. Shares
 // past MaxActivatorShares are left out.
 func (r Report) AppendBinaryV2(b []byte) []byte {
-	b = r.appendFields(append(b, Version2))
+	return r.appendShares(r.appendFields(append(b, Version2)))
+}
+
+// AppendBinaryV3 appends r's version-3 binary encoding (docs/stats.md):
+// version 2's, then the AppUsage block. It does not allocate when b has
+// MaxBinarySize bytes of spare capacity. A figure without its Has flag is
+// written as 0.
+func (r Report) AppendBinaryV3(b []byte) []byte {
+	b = r.appendShares(r.appendFields(append(b, Version3)))
+	a := r.App
+	var flags byte
+	var cpu, gauge float64
+	var mem, gaugeKey uint64
+	if a.HasCPU {
+		flags, cpu = flags|appCPU, a.CPU
+	}
+	if a.HasMemory {
+		flags, mem = flags|appMemory, a.Memory
+	}
+	if a.HasGauge {
+		flags, gauge, gaugeKey = flags|appGauge, a.Gauge, a.GaugeKey
+	} else {
+		flags |= byte(a.GaugeProblem) << appProblemShift
+	}
+	le := binary.LittleEndian
+	b = append(b, flags)
+	b = le.AppendUint64(b, math.Float64bits(cpu))
+	b = le.AppendUint64(b, mem)
+	b = le.AppendUint64(b, gaugeKey)
+	return le.AppendUint64(b, math.Float64bits(gauge))
+}
+
+// appendShares appends the number of shares and each share.
+func (r Report) appendShares(b []byte) []byte {
 	shares := r.ByActivator[:min(len(r.ByActivator), MaxActivatorShares)]
 	b = append(b, byte(len(shares)))
 	le := binary.LittleEndian
@@ -184,6 +312,14 @@ func (r Report) MarshalBinaryV2() ([]byte, error) {
 	return r.AppendBinaryV2(make([]byte, 0, MaxBinarySize)), nil
 }
 
+// MarshalBinaryV3 is MarshalBinary in version 3.
+func (r Report) MarshalBinaryV3() ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return r.AppendBinaryV3(make([]byte, 0, MaxBinarySize)), nil
+}
+
 // UnmarshalBinary decodes a Report encoded by AppendBinary or
 // AppendBinaryV2. Any malformed input gives an error and leaves r
 // unchanged: an unknown version, a length other than the version's, or
@@ -199,7 +335,7 @@ func (r *Report) UnmarshalBinary(b []byte) error {
 	size := BinarySize
 	switch b[0] {
 	case Version:
-	case Version2:
+	case Version2, Version3:
 		size++ // the number of shares
 		if len(b) > BinarySize {
 			n := int(b[BinarySize])
@@ -208,9 +344,12 @@ func (r *Report) UnmarshalBinary(b []byte) error {
 			}
 			size += n * shareSize
 		}
+		if b[0] == Version3 {
+			size += appSize
+		}
 	default:
-		return fmt.Errorf("%w: unknown version %d (this reader accepts versions %d, %s, and %d, %s)",
-			ErrMalformed, b[0], Version, ContentType, Version2, ContentTypeV2)
+		return fmt.Errorf("%w: unknown version %d (this reader accepts versions %d, %s; %d, %s; and %d, %s)",
+			ErrMalformed, b[0], Version, ContentType, Version2, ContentTypeV2, Version3, ContentTypeV3)
 	}
 	if len(b) < size {
 		return fmt.Errorf("%w: short input: %d bytes, this version %d report is %d bytes", ErrMalformed, len(b), b[0], size)
@@ -225,9 +364,30 @@ func (r *Report) UnmarshalBinary(b []byte) error {
 	// whole report is valid, so that a rejected one changes nothing.
 	var shares [MaxActivatorShares]ActivatorShare
 	n := 0
-	if b[0] == Version2 {
+	sharesEnd := size
+	if b[0] == Version3 {
+		sharesEnd -= appSize
+		i := sharesEnd
+		flags := b[i]
+		problem := GaugeProblem(flags >> appProblemShift)
+		if problem >= numGaugeProblems {
+			return fmt.Errorf("%w: unknown gauge problem %d", ErrMalformed, problem)
+		}
+		d.App = AppUsage{
+			CPU:       math.Float64frombits(le.Uint64(b[i+1:])),
+			HasCPU:    flags&appCPU != 0,
+			Memory:    le.Uint64(b[i+9:]),
+			HasMemory: flags&appMemory != 0,
+			GaugeKey:  le.Uint64(b[i+17:]),
+			Gauge:     math.Float64frombits(le.Uint64(b[i+25:])),
+			HasGauge:  flags&appGauge != 0,
+			// Set only without a gauge: validate refuses it beside one.
+			GaugeProblem: problem,
+		}
+	}
+	if b[0] != Version {
 		d.Attributed = true
-		for i := BinarySize + 1; i < size; i += shareSize {
+		for i := BinarySize + 1; i < sharesEnd; i += shareSize {
 			shares[n] = ActivatorShare{
 				Activator:   le.Uint64(b[i:]),
 				Concurrency: math.Float64frombits(le.Uint64(b[i+8:])),
@@ -293,6 +453,9 @@ func (r Report) Validate() error {
 	case len(r.ByActivator) > 0 && !r.Attributed:
 		return fmt.Errorf("%w: activator shares in a report not marked attributed", ErrMalformed)
 	}
+	if err := r.App.validate(); err != nil {
+		return err
+	}
 	var shares [MaxActivatorShares]ActivatorShare
 	n := copy(shares[:], r.ByActivator)
 	return validateShares(&shares, n, r.ProxiedConcurrency, r.ProxiedRequests)
@@ -324,6 +487,27 @@ func validateShares(shares *[MaxActivatorShares]ActivatorShare, n int, proxiedCo
 	// total: a rounding's worth above it is fine.
 	if conc > proxiedConc*(1+1e-9)+1e-9 {
 		return fmt.Errorf("%w: activator shares add up to concurrency %v, above the proxied %v", ErrMalformed, conc, proxiedConc)
+	}
+	return nil
+}
+
+// validate reports a figure no queue-proxy could have measured: negative,
+// NaN or infinite, a figure without its flag, a gauge without its key.
+func (a AppUsage) validate() error {
+	switch {
+	case !validConcurrency(a.CPU):
+		return fmt.Errorf("%w: app CPU %v is not a finite number >= 0", ErrMalformed, a.CPU)
+	case !validConcurrency(a.Gauge):
+		return fmt.Errorf("%w: app gauge %v is not a finite number >= 0", ErrMalformed, a.Gauge)
+	case !a.HasCPU && math.Float64bits(a.CPU) != 0, !a.HasMemory && a.Memory != 0,
+		!a.HasGauge && (math.Float64bits(a.Gauge) != 0 || a.GaugeKey != 0):
+		return fmt.Errorf("%w: an app figure without its flag", ErrMalformed)
+	case a.HasGauge && a.GaugeKey == 0:
+		return fmt.Errorf("%w: an app gauge with key 0", ErrMalformed)
+	case a.GaugeProblem >= numGaugeProblems:
+		return fmt.Errorf("%w: unknown gauge problem %d", ErrMalformed, a.GaugeProblem)
+	case a.HasGauge && a.GaugeProblem != GaugeOK:
+		return fmt.Errorf("%w: an app gauge with a problem", ErrMalformed)
 	}
 	return nil
 }

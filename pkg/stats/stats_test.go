@@ -154,8 +154,24 @@ func TestUnmarshalMalformed(t *testing.T) {
 		{"one byte short", good[:BinarySize-1], "short"},
 		{"trailing garbage", append(bytes.Clone(good), 0), "trailing garbage"},
 		{"version 0", withVersion(0), "unknown version 0"},
-		{"version 3", withVersion(3), "unknown version 3"},
-		{"version 3, longer", append(withVersion(3), 1, 2, 3), "unknown version 3"},
+		{"version 4", withVersion(4), "unknown version 4"},
+		{"version 4, longer", append(withVersion(4), 1, 2, 3), "unknown version 4"},
+		{"version 3 cut short", v3With(AppUsage{HasCPU: true, CPU: 1})[:BinarySize+1+appSize-1], "short input"},
+		{"version 3, unknown gauge problem", func() []byte { b := v3With(AppUsage{}); b[BinarySize+1] = 15 << 3; return b }(), "unknown gauge problem 15"},
+		{"version 3, gauge and a problem", func() []byte {
+			b := v3With(AppUsage{HasGauge: true, GaugeKey: 5, Gauge: 1})
+			b[BinarySize+1] |= byte(GaugeMissing) << 3
+			return b
+		}(), "an app gauge with a problem"},
+		{"version 3, NaN CPU", v3With(AppUsage{HasCPU: true, CPU: math.NaN()}), "app CPU NaN"},
+		{"version 3, negative gauge", v3With(AppUsage{HasGauge: true, GaugeKey: 5, Gauge: -1}), "app gauge -1"},
+		{"version 3, infinite gauge", v3With(AppUsage{HasGauge: true, GaugeKey: 5, Gauge: math.Inf(1)}), "app gauge +Inf"},
+		{"version 3, gauge without key", v3With(AppUsage{HasGauge: true, Gauge: 2}), "app gauge with key 0"},
+		{"version 3, figure without flag", func() []byte {
+			b := v3With(AppUsage{HasMemory: true, Memory: 1 << 20})
+			b[BinarySize+1] = 0
+			return b
+		}(), "without its flag"},
 		{"version 2 without its count", withVersion(2), "short input: 57 bytes, this version 2 report is 58"},
 		{"version 2 with a share cut short", append(withVersion(2), 1, 2, 3), "short input: 60 bytes, this version 2 report is 82"},
 		{"version 2 with too many shares", append(withVersion(2), MaxActivatorShares+1), "9 activator shares, at most 8"},
@@ -199,6 +215,62 @@ func v2With(shares ...ActivatorShare) []byte {
 	r := sample
 	r.Attributed, r.ByActivator = true, shares
 	return r.AppendBinaryV2(nil)
+}
+
+// v3With is sample in version 3 with app usage, encoded whatever it is.
+func v3With(a AppUsage) []byte {
+	r := sample
+	r.Attributed, r.App = true, a
+	return r.AppendBinaryV3(nil)
+}
+
+// TestVersion3 round-trips a report with what the queue-proxy measured of
+// the app, beside activator shares, and reads versions 1 and 2 as reports
+// without it: a fleet in the middle of an upgrade keeps scaling.
+func TestVersion3(t *testing.T) {
+	r := sample
+	r.Attributed = true
+	r.ByActivator = []ActivatorShare{{Activator: ActivatorKey("activator-a"), Concurrency: 1.5, Requests: 30}}
+	r.App = AppUsage{CPU: 1.25, HasCPU: true, Memory: 300 << 20, HasMemory: true, Gauge: 7, GaugeKey: GaugeKey("waiting"), HasGauge: true}
+	b, err := r.MarshalBinaryV3()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != BinarySize+1+24+appSize || b[0] != Version3 || b[BinarySize+1+24] != appFlags {
+		t.Fatalf("version 3 with a share and every figure: %d bytes, version %d, flags %#x", len(b), b[0], b[BinarySize+1+24])
+	}
+	var got Report
+	if err := got.UnmarshalBinary(b); err != nil || !sameReport(got, r) {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, r)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = got.UnmarshalBinary(b) }); n != 0 {
+		t.Errorf("UnmarshalBinary of version 3 into a Report with room: %v allocs, want 0", n)
+	}
+	// Only the figures measured are flagged; the others read as zero.
+	cpuOnly := r
+	cpuOnly.App = AppUsage{CPU: 0.5, HasCPU: true}
+	if err := got.UnmarshalBinary(cpuOnly.AppendBinaryV3(nil)); err != nil || got.App != cpuOnly.App {
+		t.Errorf("CPU only: %+v, %v", got.App, err)
+	}
+	// A report's older encodings carry everything but the app's figures.
+	for _, old := range [][]byte{r.AppendBinary(nil), r.AppendBinaryV2(nil)} {
+		if err := got.UnmarshalBinary(old); err != nil || got.App != (AppUsage{}) || got.Concurrency != r.Concurrency {
+			t.Errorf("version %d after version 3: %+v, %v; want the load without app usage", old[0], got, err)
+		}
+	}
+	// A pod that could not read its gauge says why.
+	missing := r
+	missing.App = AppUsage{CPU: 0.5, HasCPU: true, GaugeProblem: GaugeTooLarge}
+	if err := got.UnmarshalBinary(missing.AppendBinaryV3(nil)); err != nil || got.App != missing.App || got.App.GaugeProblem.String() != "too large" {
+		t.Errorf("gauge problem: %+v, %v", got.App, err)
+	}
+	if GaugeKey("a") == GaugeKey("b") || GaugeKey("") == 0 {
+		t.Errorf("gauge keys: %x %x %x", GaugeKey(""), GaugeKey("a"), GaugeKey("b"))
+	}
+	b, _ = json.Marshal(cpuOnly)
+	if !strings.Contains(string(b), `"app":{"cpu":0.5,"hasCpu":true}`) {
+		t.Errorf("JSON of the CPU: %s", b)
+	}
 }
 
 // TestVersion2 round-trips a report with its activator shares, and decodes
@@ -308,6 +380,12 @@ func FuzzUnmarshal(f *testing.F) {
 	f.Add(encode(offConcurrency, f64(math.NaN())))
 	f.Add(v2With())
 	f.Add(v2With(ActivatorShare{Activator: 7, Concurrency: 1, Requests: 2}, ActivatorShare{Activator: 9, Concurrency: 0.5, Requests: 3}))
+	f.Add(v3With(AppUsage{}))
+	f.Add(v3With(AppUsage{CPU: 1.5, HasCPU: true, Memory: 1 << 30, HasMemory: true, Gauge: 3, GaugeKey: 11, HasGauge: true}))
+	f.Add(v3With(AppUsage{HasGauge: true, GaugeKey: 11, Gauge: math.NaN()}))
+	f.Add(v3With(AppUsage{HasCPU: true, CPU: 2, GaugeProblem: GaugeNegative}))
+	// A negative zero without its flag would re-encode as zero.
+	f.Add(func() []byte { b := v3With(AppUsage{}); b[BinarySize+1+1+7] = 0x80; return b }())
 	f.Fuzz(func(t *testing.T, in []byte) {
 		// A report with shares of its own: a rejected input must leave
 		// them as they were.
@@ -329,8 +407,11 @@ func FuzzUnmarshal(f *testing.F) {
 			t.Fatalf("accepted an invalid report %+v: %v", r, err)
 		}
 		out := r.AppendBinary(nil)
-		if in[0] == Version2 {
+		switch in[0] {
+		case Version2:
 			out = r.AppendBinaryV2(nil)
+		case Version3:
+			out = r.AppendBinaryV3(nil)
 		}
 		if !bytes.Equal(out, in) {
 			t.Fatalf("accepted %x but re-encodes it as %x", in, out)

@@ -29,6 +29,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 // Defaults and bounds of Config.
@@ -93,6 +94,12 @@ type Config struct {
 	// when a scale change is applied.
 	OnNotable func(Notable)
 
+	// OnGaugeProblem, if set, is called on the loop goroutine when the
+	// pods of a service that scales on an app gauge start failing to read
+	// it, fail otherwise, or read it again, once the change has held for
+	// gaugeProblemRounds rounds; it must return quickly.
+	OnGaugeProblem func(GaugeProblem)
+
 	// Memory, if set, keeps what services' policies learn
 	// (engine.Service.Memory) across autoscaler restarts and leader
 	// changes: the loop recalls a service's memory when it adds the
@@ -134,6 +141,23 @@ type Notable struct {
 	TargetPerPod float64
 }
 
+// GaugeProblem is a change in how a service's pods read its app gauge.
+type GaugeProblem struct {
+	Service service.Key
+	Time    time.Time
+	// Gauge is the selector the service scales on.
+	Gauge string
+	// Problem is the most common reason the pods could not read it, and
+	// Pods how many could not; stats.GaugeOK and 0 once they read it again.
+	Problem stats.GaugeProblem
+	Pods    int
+}
+
+// gaugeProblemRounds is how many rounds in a row a gauge problem, or its
+// end, must hold before it is told: a pod that misses one read out of many
+// is not news.
+const gaugeProblemRounds = 3
+
 // Autoscaler runs the autoscaling loop for a changing set of services.
 // Backends add services with Upsert (and their ready pods with SetPods) and
 // drop them with Remove, at any time, from any goroutine; Run does the
@@ -148,19 +172,20 @@ type Notable struct {
 type Autoscaler struct {
 	// tick is the tick interval, a time.Duration: the loop reads and
 	// changes it, Status reads it from other goroutines.
-	tick      atomic.Int64
-	history   int
-	clock     clock.WithTickerAndDelayedExecution
-	log       *zap.Logger
-	backend   scaler.Backend
-	exec      *scaler.Executor
-	collector *collector.Collector
-	acts      *collector.Activators
-	endpoint  *collector.ActivatorEndpoint // nil without tokens or an authenticator
-	metrics   *metrics
-	onNotable func(Notable)
-	memory    MemoryStore
-	keepEvery time.Duration
+	tick           atomic.Int64
+	history        int
+	clock          clock.WithTickerAndDelayedExecution
+	log            *zap.Logger
+	backend        scaler.Backend
+	exec           *scaler.Executor
+	collector      *collector.Collector
+	acts           *collector.Activators
+	endpoint       *collector.ActivatorEndpoint // nil without tokens or an authenticator
+	metrics        *metrics
+	onNotable      func(Notable)
+	onGaugeProblem func(GaugeProblem)
+	memory         MemoryStore
+	keepEvery      time.Duration
 
 	// mu guards the registry for readers on other goroutines; only the
 	// loop changes it, under mu, and reads it without.
@@ -221,6 +246,13 @@ type svc struct {
 	target *scaler.Target
 	pods   []string // replaced, never changed in place: a round reads it
 	m      serviceMetrics
+	// gaugeKey is stats.GaugeKey of the gauge the spec scales on, 0 for
+	// none. gauge is the problem last told, and pending a change seen for
+	// pendingRounds rounds.
+	gaugeKey      uint64
+	gauge         stats.GaugeProblem
+	pending       stats.GaugeProblem
+	pendingRounds int
 
 	// loadMu guards what the executor's workers read before a scale-down
 	// (leastBusy): the ready pods (the loop's pods) and each one's latest
@@ -287,17 +319,18 @@ func New(cfg Config) (*Autoscaler, error) {
 		cfg.History = DefaultHistory
 	}
 	a := &Autoscaler{
-		history:   cfg.History,
-		clock:     clk,
-		log:       log,
-		backend:   cfg.Backend,
-		onNotable: cfg.OnNotable,
-		memory:    cfg.Memory,
-		keepEvery: cmp.Or(cfg.KeepInterval, DefaultKeepInterval),
-		services:  make(map[service.Key]*svc),
-		poked:     make(map[service.Key]struct{}),
-		wake:      make(chan struct{}, 1),
-		ctx:       context.Background(),
+		history:        cfg.History,
+		clock:          clk,
+		log:            log,
+		backend:        cfg.Backend,
+		onNotable:      cfg.OnNotable,
+		onGaugeProblem: cfg.OnGaugeProblem,
+		memory:         cfg.Memory,
+		keepEvery:      cmp.Or(cfg.KeepInterval, DefaultKeepInterval),
+		services:       make(map[service.Key]*svc),
+		poked:          make(map[service.Key]struct{}),
+		wake:           make(chan struct{}, 1),
+		ctx:            context.Background(),
 	}
 
 	a.tick.Store(int64(cfg.TickInterval))
@@ -557,6 +590,7 @@ func (a *Autoscaler) apply() {
 func (a *Autoscaler) upsert(key service.Key, spec autoscaling.Spec) {
 	if s := a.services[key]; s != nil {
 		s.core.SetSpec(spec)
+		s.gaugeKey = gaugeKeyOf(&spec)
 		s.mu.Lock()
 		s.spec = spec
 		s.mu.Unlock()
@@ -592,15 +626,16 @@ func (a *Autoscaler) upsert(key service.Key, spec autoscaling.Spec) {
 		}
 	}
 	s := &svc{
-		key:     key,
-		name:    key.String(),
-		core:    core,
-		kept:    kept,
-		keptAt:  now,
-		target:  scaler.NewTarget(key),
-		m:       a.metrics.forService(key),
-		spec:    spec,
-		history: make([]entry, a.history),
+		key:      key,
+		name:     key.String(),
+		core:     core,
+		kept:     kept,
+		keptAt:   now,
+		target:   scaler.NewTarget(key),
+		m:        a.metrics.forService(key),
+		spec:     spec,
+		history:  make([]entry, a.history),
+		gaugeKey: gaugeKeyOf(&spec),
 	}
 	a.mu.Lock()
 	a.services[key] = s
@@ -639,7 +674,7 @@ func (a *Autoscaler) remove(key service.Key) {
 func (a *Autoscaler) roundTargets() []collector.Target {
 	a.targets = a.targets[:0]
 	for _, s := range a.list {
-		a.targets = append(a.targets, collector.Target{Key: s.key, Name: s.name, Pods: s.pods})
+		a.targets = append(a.targets, collector.Target{Key: s.key, Name: s.name, Pods: s.pods, GaugeKey: s.gaugeKey})
 	}
 	return a.targets
 }
@@ -661,10 +696,56 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		}
 		// What Status shows of it is copied at the next decision, under the
 		// lock the decision takes anyway.
-		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS})
+		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS,
+			CPU: sm.CPU, Memory: sm.Memory, Gauge: sm.Gauge, HasCPU: sm.HasCPU, HasMemory: sm.HasMemory, HasGauge: sm.HasGauge})
 		if len(sm.Pods) > 0 {
 			s.recordLoads(sm.Pods)
 		}
+		if s.gaugeKey != 0 && sm.Scraped > 0 {
+			a.gaugeRound(s, sm)
+		}
+	}
+}
+
+// gaugeKeyOf is the key of the gauge spec scales on, 0 for none.
+func gaugeKeyOf(spec *autoscaling.Spec) uint64 {
+	if !spec.VotesWith(autoscaling.MetricGauge) || spec.Gauge.Selector == "" {
+		return 0
+	}
+	return stats.GaugeKey(spec.Gauge.Selector)
+}
+
+// gaugeRound follows how the service's pods read its gauge, and tells a
+// change once it has held for gaugeProblemRounds rounds.
+func (a *Autoscaler) gaugeRound(s *svc, sm *collector.Sample) {
+	p := sm.GaugeProblem
+	if !sm.HasGauge && p == stats.GaugeOK {
+		// No pod answered for the gauge either way (older pods during an
+		// upgrade): nothing to tell.
+		return
+	}
+	switch {
+	case p == s.gauge:
+		s.pendingRounds = 0
+		return
+	case p == s.pending:
+		s.pendingRounds++
+	default:
+		s.pending, s.pendingRounds = p, 1
+	}
+	if s.pendingRounds < gaugeProblemRounds {
+		return
+	}
+	s.gauge, s.pendingRounds = p, 0
+	selector := s.core.Spec().Gauge.Selector
+	if p == stats.GaugeOK {
+		a.log.Info("the pods read the app gauge again", zap.Stringer("service", s.key), zap.String("gauge", selector))
+	} else {
+		a.log.Warn("pods cannot read the app gauge; the service scales on its other metrics",
+			zap.Stringer("service", s.key), zap.String("gauge", selector), zap.Stringer("problem", p), zap.Int("pods", sm.GaugeProblemPods))
+	}
+	if a.onGaugeProblem != nil {
+		a.onGaugeProblem(GaugeProblem{Service: s.key, Time: sm.Time, Gauge: selector, Problem: p, Pods: sm.GaugeProblemPods})
 	}
 }
 

@@ -191,6 +191,9 @@ func (h *harness) settle(k service.Key) {
 type pods struct {
 	addrs  []string
 	perPod atomic.Uint64 // float64 bits
+	// app, when set, is what each pod measured of its app: they then
+	// serve version 3.
+	app atomic.Pointer[stats.AppUsage]
 }
 
 func newPods(t *testing.T, n int) *pods {
@@ -203,6 +206,12 @@ func newPods(t *testing.T, n int) *pods {
 			}
 			c := math.Float64frombits(p.perPod.Load())
 			rep := stats.Report{End: time.Now(), Period: time.Second, Uptime: time.Minute, Concurrency: c, Requests: uint64(10 * c)}
+			if a := p.app.Load(); a != nil {
+				rep.App = *a
+				w.Header().Set("Content-Type", stats.ContentTypeV3)
+				w.Write(rep.AppendBinaryV3(nil))
+				return
+			}
 			w.Header().Set("Content-Type", stats.ContentType)
 			w.Write(rep.AppendBinary(nil))
 		}))
@@ -344,6 +353,76 @@ func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
 		if got, ok := h.gauge(name, k); !ok || got != want {
 			t.Errorf("%s = %v (%v), want %v", name, got, ok, want)
 		}
+	}
+}
+
+// TestGaugeScalesWhileConcurrencyStaysFlat: a service scaling on an app
+// gauge grows with it while its requests do not change, the reason naming
+// the gauge; when the pods cannot read it, that is told once it lasts, and
+// again when they read it once more.
+func TestGaugeScalesWhileConcurrencyStaysFlat(t *testing.T) {
+	h := newHarness(t)
+	var told []GaugeProblem
+	h.a.onGaugeProblem = func(p GaugeProblem) { told = append(told, p) }
+	k := key("llm")
+	h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
+	spec, err := autoscaling.Parse(map[string]string{
+		autoscaling.Prefix + "metric":       "concurrency,gauge",
+		autoscaling.Prefix + "gauge":        "waiting",
+		autoscaling.Prefix + "gauge-target": "5",
+	}, 0, autoscaling.DefaultDefaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.a.Upsert(k, spec)
+	p := newPods(t, 4)
+	// 20 waiting over the service: 4 pods at 5 each, whatever is ready.
+	waiting := func(total float64) {
+		st, _ := h.be.Get(k)
+		n := max(min(st.Ready, len(p.addrs)), 1)
+		p.app.Store(&stats.AppUsage{Gauge: total / float64(n), GaugeKey: stats.GaugeKey("waiting"), HasGauge: true})
+	}
+	run := func(steps int, total float64) {
+		for range steps {
+			waiting(total)
+			p.follow(h, k, 1) // one request in flight throughout
+			h.step()
+			if h.steps%2 == 0 {
+				h.settle(k)
+			}
+		}
+	}
+	run(20, 20)
+	if st, _ := h.be.Get(k); st.Desired != 4 {
+		t.Fatalf("backend: %+v, want the 4 replicas 20 waiting at 5 a pod ask for", st)
+	}
+	if ss, _ := h.a.ServiceStatus(k); !strings.HasPrefix(ss.Reason, "gauge: ") {
+		t.Errorf("reason %q does not name the gauge", ss.Reason)
+	}
+
+	p.app.Store(&stats.AppUsage{GaugeProblem: stats.GaugeMissing})
+	for range gaugeProblemRounds - 1 {
+		p.follow(h, k, 1)
+		h.step()
+	}
+	if len(told) != 0 {
+		t.Fatalf("told %+v before the problem lasted %d rounds", told, gaugeProblemRounds)
+	}
+	p.follow(h, k, 1)
+	h.step()
+	if len(told) != 1 || told[0].Problem != stats.GaugeMissing || told[0].Pods != 4 || told[0].Gauge != "waiting" {
+		t.Fatalf("told %+v, want the gauge missing on 4 pods", told)
+	}
+	if h.logs.FilterMessageSnippet("pods cannot read the app gauge").Len() != 1 {
+		t.Errorf("the problem was not logged once")
+	}
+	for range gaugeProblemRounds {
+		waiting(20)
+		p.follow(h, k, 1)
+		h.step()
+	}
+	if len(told) != 2 || told[1].Problem != stats.GaugeOK {
+		t.Fatalf("told %+v, want the recovery after the problem", told)
 	}
 }
 

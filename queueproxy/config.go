@@ -13,6 +13,7 @@ import (
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/series"
 )
 
 // AutoQueueDepth as Config.QueueDepth means ten times ContainerConcurrency.
@@ -67,6 +68,16 @@ type Config struct {
 	// in flight are given up to RequestTimeout to finish.
 	DrainTimeout time.Duration
 
+	// AppUsage says how to find the app's processes to measure their CPU
+	// and memory: AppUsageOff, AppUsagePod or AppUsageListener.
+	AppUsage string
+	// GaugeSelector names the app gauge to read every period ("" for
+	// none), from http://127.0.0.1:GaugePort/GaugePath; GaugePort 0 is
+	// UserPort.
+	GaugeSelector string
+	GaugePort     int
+	GaugePath     string
+
 	// EnableProfiling serves Go's pprof handlers under /debug/pprof/ on the
 	// metrics port.
 	EnableProfiling bool
@@ -96,6 +107,7 @@ func DefaultConfig() Config {
 		ProbeFailureThreshold: 3,
 		DrainQuietPeriod:      5 * time.Second,
 		DrainTimeout:          30 * time.Second,
+		GaugePath:             "/metrics",
 		LogLevel:              "info",
 		LogFormat:             logging.FormatAuto,
 	}
@@ -163,6 +175,15 @@ func bind(cfg *Config) (*envflag.Set, *envflag.Setting) {
 		"time with nothing in flight after which a drain ends", envflag.DurationAtLeast(0))
 	envflag.Var(s, &cfg.DrainTimeout, "drain-timeout", "DRAIN_TIMEOUT", cfg.DrainTimeout,
 		"bound on the wait for the quiet period", envflag.DurationAtLeast(0))
+	envflag.Var(s, &cfg.AppUsage, "app-usage", "APP_USAGE", "",
+		`measure the app's CPU and memory: "" (no), pod (every process of the pod but pause and this one; needs shareProcessNamespace) or listener (the process tree listening on USER_PORT)`,
+		appUsage)
+	envflag.Var(s, &cfg.GaugeSelector, "gauge", "GAUGE", "",
+		`the app gauge to read every second and report, as a selector such as num_requests_waiting{model="x"}; "" = none`, gaugeSelector)
+	envflag.Var(s, &cfg.GaugePort, "gauge-port", "GAUGE_PORT", 0,
+		"port of the app's metrics endpoint on 127.0.0.1; 0 = USER_PORT", gaugePort)
+	envflag.Var(s, &cfg.GaugePath, "gauge-path", "GAUGE_PATH", cfg.GaugePath,
+		"path of the app's metrics endpoint", gaugePath)
 	envflag.Var(s, &cfg.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false,
 		"serve Go's pprof profiles under /debug/pprof/ on the metrics port", envflag.Bool)
 	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
@@ -172,6 +193,43 @@ func bind(cfg *Config) (*envflag.Set, *envflag.Setting) {
 		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
 
 	return s, depth
+}
+
+func appUsage(s string) (string, error) {
+	switch s {
+	case AppUsageOff, AppUsagePod, AppUsageListener:
+		return s, nil
+	}
+	return "", errors.New(`must be "" (off), ` + AppUsagePod + " or " + AppUsageListener)
+}
+
+func gaugePort(s string) (int, error) {
+	if strings.TrimSpace(s) == "0" {
+		return 0, nil
+	}
+	n, err := envflag.Port(s)
+	if err != nil {
+		return 0, errors.New("must be a port number from 1 to 65535, or 0 for USER_PORT")
+	}
+	return n, nil
+}
+
+func gaugePath(s string) (string, error) {
+	if s == "" || s[0] != '/' || strings.HasPrefix(s, "//") {
+		return "", errors.New("must be an absolute path such as /metrics")
+	}
+	return s, nil
+}
+
+func gaugeSelector(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	sel, err := series.ParseSelector(s)
+	if err != nil {
+		return "", err
+	}
+	return sel.String(), nil
 }
 
 func probePath(s string) (string, error) {
@@ -247,6 +305,22 @@ func (c Config) Validate() error {
 		bad("DRAIN_QUIET_PERIOD %s exceeds DRAIN_TIMEOUT %s: a drain would always run to the timeout; lower the quiet period or raise the timeout", c.DrainQuietPeriod, c.DrainTimeout)
 	}
 
+	switch c.AppUsage {
+	case AppUsageOff, AppUsagePod, AppUsageListener:
+	default:
+		bad(`invalid APP_USAGE %q: must be "" (off), %s or %s`, c.AppUsage, AppUsagePod, AppUsageListener)
+	}
+	if c.GaugeSelector != "" {
+		if _, err := series.ParseSelector(c.GaugeSelector); err != nil {
+			bad("invalid GAUGE: %v", err)
+		}
+		if c.GaugePort < 0 || c.GaugePort > 65535 {
+			bad("invalid GAUGE_PORT %d: must be a port number from 1 to 65535, or 0 for USER_PORT", c.GaugePort)
+		}
+		if c.GaugePath == "" || c.GaugePath[0] != '/' || strings.HasPrefix(c.GaugePath, "//") {
+			bad("invalid GAUGE_PATH %q: must be an absolute path such as /metrics", c.GaugePath)
+		}
+	}
 	if c.ProbePath != "" && c.ProbePath[0] != '/' {
 		bad(`invalid USER_PROBE_PATH %q: must be an absolute path such as /healthz, or "" for a TCP probe`, c.ProbePath)
 	}

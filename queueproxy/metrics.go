@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 // statusClasses are the values of the status_class label, indexed by
@@ -44,6 +45,11 @@ type metrics struct {
 	// wait is how long the requests that found every admission slot taken
 	// waited for one.
 	wait prometheus.Histogram
+	// The app's own figures (appMeter), registered only when it is
+	// measured: its CPU in cores, its memory in bytes, its gauge, and the
+	// gauge reads that failed, by problem.
+	appCPU, appMemory, appGauge prometheus.Gauge
+	gaugeFailures               [stats.NumGaugeProblems]prometheus.Counter
 	// upgraded counts the upgraded connections (websockets) open now:
 	// in flight for the stats and the drain, but holding no admission slot.
 	upgraded atomic.Int64
@@ -100,6 +106,36 @@ func newMetrics(clk clock.PassiveClock, inFlight, queued func() float64) *metric
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// registerApp adds the app's figures to the registry: usage for its CPU
+// and memory, gauge for its gauge.
+func (m *metrics) registerApp(usage, gauge bool) {
+	if usage {
+		m.appCPU = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swell_queue_app_cpu_cores",
+			Help: "CPU the app's processes used over the last second, in cores.",
+		})
+		m.appMemory = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swell_queue_app_memory_bytes",
+			Help: "Memory the app's processes hold resident, summed, in bytes.",
+		})
+		m.registry.MustRegister(m.appCPU, m.appMemory)
+	}
+	if gauge {
+		m.appGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swell_queue_app_gauge",
+			Help: "The app gauge's value at its last successful read (GAUGE).",
+		})
+		failures := prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swell_queue_app_gauge_failures_total",
+			Help: "Reads of the app gauge that failed, by problem.",
+		}, []string{"problem"})
+		for p := stats.GaugeOK + 1; p < stats.NumGaugeProblems; p++ {
+			m.gaugeFailures[p] = failures.WithLabelValues(p.String())
+		}
+		m.registry.MustRegister(m.appGauge, failures)
+	}
 }
 
 // handler serves the registry in the Prometheus exposition format.

@@ -61,6 +61,7 @@ type QueueProxy struct {
 	prober   *prober
 	drainer  *drain.Drainer
 	reporter *reporter
+	meter    *appMeter // nil: the app itself is not measured
 	metrics  *metrics
 
 	handler                    http.Handler
@@ -105,6 +106,15 @@ func New(cfg Config) (*QueueProxy, error) {
 		queued = func() float64 { return float64(q.breaker.Waiting()) }
 	}
 	q.metrics = newMetrics(clk, func() float64 { return float64(q.tracker.InFlight()) }, queued)
+	meter, err := newAppMeter(&q.cfg, clk, log.Named("app"), q.metrics)
+	if err != nil {
+		return nil, err
+	}
+	if meter != nil {
+		q.meter = meter
+		q.metrics.registerApp(meter.usage != nil, meter.gauge != nil)
+		q.reporter.meter = meter
+	}
 
 	q.handler = q.buildHandler()
 	q.serving = q.newServer(q.handler)
@@ -273,6 +283,10 @@ func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.List
 	wg.Go(func() { q.prober.run(ctx) })
 	ticker := q.clock.NewTicker(ReportingPeriod)
 	wg.Go(func() { q.reporter.run(ctx, ticker) })
+	if q.meter != nil {
+		meterTicker := q.clock.NewTicker(ReportingPeriod)
+		wg.Go(func() { q.meter.run(ctx, meterTicker) })
+	}
 
 	servers := []*http.Server{q.serving, q.admin, q.metricsSrv}
 	errc := make(chan error, len(servers))

@@ -64,6 +64,8 @@ type reporter struct {
 	tracker *stats.Tracker
 	clock   clock.WithTicker
 	start   time.Time
+	// meter, when set, measures the app; each report carries its latest.
+	meter *appMeter
 
 	latest atomic.Pointer[snapshot]
 }
@@ -74,11 +76,12 @@ type snapshot struct {
 	report   stats.Report
 	binary   []byte // version 1, for scrapers that ask for nothing newer
 	binaryV2 []byte
+	binaryV3 []byte
 }
 
 func newSnapshot(rep stats.Report) *snapshot {
 	rep.Attributed = true
-	return &snapshot{report: rep, binary: rep.AppendBinary(nil), binaryV2: rep.AppendBinaryV2(nil)}
+	return &snapshot{report: rep, binary: rep.AppendBinary(nil), binaryV2: rep.AppendBinaryV2(nil), binaryV3: rep.AppendBinaryV3(nil)}
 }
 
 // newReporter returns a reporter whose latest report, until the first
@@ -95,6 +98,7 @@ func newReporter(t *stats.Tracker, clk clock.WithTicker, start time.Time) *repor
 func (s *reporter) report(now time.Time) {
 	rep := s.tracker.Report(now)
 	rep.Uptime = now.Sub(s.start)
+	rep.App = s.meter.current()
 	s.latest.Store(newSnapshot(rep))
 }
 
@@ -114,8 +118,9 @@ func (s *reporter) run(ctx context.Context, ticker clock.Ticker) {
 	}
 }
 
-// ServeHTTP serves the latest report: in binary version 2
-// (stats.ContentTypeV2) to a client that accepts it, else in JSON to one
+// ServeHTTP serves the latest report: in binary version 3
+// (stats.ContentTypeV3) or 2 (stats.ContentTypeV2), the newest a client
+// accepts, else in JSON to one
 // that accepts application/json, else in binary version 1
 // (stats.ContentType), which every autoscaler reads.
 func (s *reporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -124,6 +129,11 @@ func (s *reporter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Vary", "Accept")
 	h.Set("Cache-Control", "no-store")
 	accept := r.Header.Values("Accept")
+	if accepts(accept, stats.ContentTypeV3) {
+		h.Set("Content-Type", stats.ContentTypeV3)
+		w.Write(snap.binaryV3)
+		return
+	}
 	if accepts(accept, stats.ContentTypeV2) {
 		h.Set("Content-Type", stats.ContentTypeV2)
 		w.Write(snap.binaryV2)

@@ -76,6 +76,17 @@ type Sample struct {
 	// ActivatorPending is the number of the service's requests in flight or
 	// queued at the activators (see Activators.Pending).
 	ActivatorPending int
+	// CPU, Memory and Gauge are what the pods measured of the app, summed
+	// over the ready pods as the load is: N/k times the sum over the k
+	// pods that reported each (Has* say some did). A gauge counts only
+	// from pods reading the Target's GaugeKey.
+	CPU, Memory, Gauge          float64
+	HasCPU, HasMemory, HasGauge bool
+	// GaugeProblem is the most common reason the pods that read the
+	// Target's gauge could not, and GaugeProblemPods how many could not;
+	// GaugeOK and 0 when every pod read it.
+	GaugeProblem     stats.GaugeProblem
+	GaugeProblemPods int
 	// Pods are the figures of each pod that answered this round, the
 	// collector's until the next Round like the Sample itself.
 	Pods []PodLoad
@@ -101,6 +112,9 @@ type Target struct {
 	// of the service's ready pods; none for a service at zero. The
 	// collector reads them and never changes them.
 	Pods []string
+	// GaugeKey is stats.GaugeKey of the gauge the service scales on; 0
+	// for none.
+	GaugeKey uint64
 }
 
 // Config configures a Collector.
@@ -183,6 +197,8 @@ type job struct {
 	attributed bool
 	nshares    int
 	shares     [stats.MaxActivatorShares]activatorFigures
+	// app is what the pod measured of its app.
+	app stats.AppUsage
 }
 
 // New returns a Collector, or an error naming what is invalid.
@@ -344,6 +360,7 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.MaxBinary
 		return
 	}
 	j.ok = true
+	j.app = r.App
 	// A report of length zero (a pod younger than one reporting period,
 	// whose queue-proxy has measured nothing yet) counts as a pod with no
 	// load: it has had next to no time to receive any.
@@ -431,6 +448,54 @@ func (c *Collector) proxied(st podRange, scale float64, act ActivatorLoad, podCo
 	return conc, rps
 }
 
+// appFigures sums what the scraped pods measured of their app into s,
+// each figure scaled up to the ready pods from those that reported it, and
+// finds the most common problem of the pods that could not read the gauge.
+func (c *Collector) appFigures(s *Sample, jobs []job, gaugeKey uint64) {
+	var cpu, mem, g float64
+	var nCPU, nMem, nGauge int
+	var problems [stats.NumGaugeProblems]int
+	for i := range jobs {
+		j := &jobs[i]
+		if !j.ok {
+			continue
+		}
+		a := &j.app
+		if a.HasCPU {
+			cpu += a.CPU
+			nCPU++
+		}
+		if a.HasMemory {
+			mem += float64(a.Memory)
+			nMem++
+		}
+		switch {
+		case gaugeKey == 0:
+		case a.HasGauge && a.GaugeKey == gaugeKey:
+			g += a.Gauge
+			nGauge++
+		case !a.HasGauge && a.GaugeProblem != stats.GaugeOK:
+			problems[a.GaugeProblem]++
+		}
+	}
+	up := func(sum float64, n int) float64 { return sum * float64(s.ReadyPods) / float64(n) }
+	if nCPU > 0 {
+		s.CPU, s.HasCPU = up(cpu, nCPU), true
+	}
+	if nMem > 0 {
+		s.Memory, s.HasMemory = up(mem, nMem), true
+	}
+	if nGauge > 0 {
+		s.Gauge, s.HasGauge = up(g, nGauge), true
+	}
+	for p, n := range problems {
+		s.GaugeProblemPods += n
+		if n > problems[s.GaugeProblem] {
+			s.GaugeProblem = stats.GaugeProblem(p)
+		}
+	}
+}
+
 // keyFigures returns the figures of the activator key in the service's
 // perKey, or nil.
 func (c *Collector) keyFigures(key uint64) *keyFigures {
@@ -482,6 +547,7 @@ func (c *Collector) combine(sec time.Time) {
 			}
 		}
 		s.Pods = c.podLoad[pods:len(c.podLoad):len(c.podLoad)]
+		c.appFigures(&s, c.jobs[st.first:st.first+st.n], c.targets[i].GaugeKey)
 		if s.ReadyPods > 0 {
 			if s.Scraped == 0 {
 				// Every sampled pod failed: the pods' load is unknown, and

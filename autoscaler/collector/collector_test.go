@@ -134,6 +134,51 @@ func TestCombine(t *testing.T) {
 	}
 }
 
+// TestAppFigures: what the pods measured of their app is summed and
+// scaled up to the ready pods from those that reported each figure, as
+// the load is; a gauge counts only under the service's key, and the pods
+// that could not read it say why, the most common reason first.
+func TestAppFigures(t *testing.T) {
+	// Every pod scraped, so that the figures are exact.
+	r := newRig(t, func(c *Config) { c.Sampling = &Sampling{} })
+	key := stats.GaugeKey("waiting")
+	with := func(a stats.AppUsage) stats.Report { x := rep(1, 0, 10, 0); x.App = a; return x }
+	pods := []*fakePod{
+		newFakePod(t, with(stats.AppUsage{CPU: 0.5, HasCPU: true, Memory: 100, HasMemory: true, Gauge: 4, GaugeKey: key, HasGauge: true})),
+		newFakePod(t, with(stats.AppUsage{CPU: 1.5, HasCPU: true, Memory: 300, HasMemory: true, Gauge: 2, GaugeKey: key, HasGauge: true})),
+		// Still reading the gauge the service scaled on before.
+		newFakePod(t, with(stats.AppUsage{CPU: 1, HasCPU: true, Gauge: 50, GaugeKey: stats.GaugeKey("old"), HasGauge: true})),
+		newFakePod(t, with(stats.AppUsage{GaugeProblem: stats.GaugeTimeout})),
+		newFakePod(t, with(stats.AppUsage{GaugeProblem: stats.GaugeMissing})),
+		newFakePod(t, with(stats.AppUsage{GaugeProblem: stats.GaugeMissing})),
+	}
+	// A pod from before version 3 measures nothing of its app.
+	old := newFakePod(t, rep(1, 0, 10, 0))
+	old.v2.Store(true)
+	var addrs []string
+	for _, p := range append(pods, old) {
+		addrs = append(addrs, p.addr())
+	}
+	r.pods.Set("ns/app", addrs...)
+	r.pods.gauges = map[string]uint64{"ns/app": key}
+	r.pods.Set("ns/plain", newFakePod(t, with(stats.AppUsage{Gauge: 9, GaugeKey: key, HasGauge: true})).addr())
+
+	got := r.round(t)
+	app := got["ns/app"]
+	// 7 ready pods: CPU from 3 of them (3 cores), memory from 2 (400
+	// bytes), the gauge from 2 (6).
+	if !app.HasCPU || !near(app.CPU, 3*7/3.0) || !app.HasMemory || !near(app.Memory, 400*7/2.0) || !app.HasGauge || !near(app.Gauge, 6*7/2.0) {
+		t.Errorf("ns/app: CPU %v (%v), memory %v (%v), gauge %v (%v); want 7, 1400, 21",
+			app.CPU, app.HasCPU, app.Memory, app.HasMemory, app.Gauge, app.HasGauge)
+	}
+	if app.GaugeProblem != stats.GaugeMissing || app.GaugeProblemPods != 3 {
+		t.Errorf("ns/app: problem %v on %d pods, want missing, on 3", app.GaugeProblem, app.GaugeProblemPods)
+	}
+	if plain := got["ns/plain"]; plain.HasGauge || plain.HasCPU || plain.GaugeProblemPods != 0 {
+		t.Errorf("ns/plain, which scales on no gauge: %+v", plain)
+	}
+}
+
 // TestNothingCountedTwice follows requests from the activator to a pod:
 // ten requests held by the activator and proxied to pods count ten, not
 // twenty; once the activator leaves the path, the pods' count is all.

@@ -29,8 +29,8 @@ type fakePod struct {
 	hits   atomic.Int64
 	// handler, if set, replaces the well-behaved answer.
 	handler atomic.Pointer[http.HandlerFunc]
-	// v1 makes it a pod injected before version 2.
-	v1 atomic.Bool
+	// v1 and v2 make it a pod injected before version 2, or 3.
+	v1, v2 atomic.Bool
 }
 
 func newFakePod(t testing.TB, r stats.Report) *fakePod {
@@ -43,11 +43,11 @@ func newFakePod(t testing.TB, r stats.Report) *fakePod {
 			(*h)(w, req)
 			return
 		}
-		if req.URL.Path != network.StatsPath || !strings.HasPrefix(req.Header.Get("Accept"), stats.ContentTypeV2+", "+stats.ContentType) {
+		if req.URL.Path != network.StatsPath || !strings.HasPrefix(req.Header.Get("Accept"), stats.ContentTypeV3+", "+stats.ContentTypeV2) {
 			http.Error(w, "unexpected request "+req.URL.Path+" Accept: "+req.Header.Get("Accept"), http.StatusBadRequest)
 			return
 		}
-		// As a queue-proxy does: version 2 to a scraper that accepts it,
+		// As a queue-proxy does: version 3 to a scraper that accepts it,
 		// unless the test asks for a pod from before it.
 		r := p.report.Load()
 		if p.v1.Load() {
@@ -55,8 +55,13 @@ func newFakePod(t testing.TB, r stats.Report) *fakePod {
 			w.Write(r.AppendBinary(nil))
 			return
 		}
-		w.Header().Set("Content-Type", stats.ContentTypeV2)
-		w.Write(r.AppendBinaryV2(nil))
+		if p.v2.Load() {
+			w.Header().Set("Content-Type", stats.ContentTypeV2)
+			w.Write(r.AppendBinaryV2(nil))
+			return
+		}
+		w.Header().Set("Content-Type", stats.ContentTypeV3)
+		w.Write(r.AppendBinaryV3(nil))
 	}))
 	t.Cleanup(p.srv.Close)
 	return p
@@ -117,6 +122,8 @@ func gatheredCounter(t testing.TB, reg *prometheus.Registry, name, label string)
 // its services would, and hands them to a round as targets, sorted.
 type staticPods struct {
 	pods map[string][]string
+	// gauges are the gauge keys of the services that scale on one.
+	gauges map[string]uint64
 }
 
 func newStaticPods() *staticPods { return &staticPods{pods: make(map[string][]string)} }
@@ -137,7 +144,7 @@ func (s *staticPods) targets(t testing.TB) []Target {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, Target{Key: k, Name: name, Pods: s.pods[name]})
+		out = append(out, Target{Key: k, Name: name, Pods: s.pods[name], GaugeKey: s.gauges[name]})
 	}
 	return out
 }

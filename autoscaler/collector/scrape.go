@@ -52,7 +52,7 @@ func NewHTTPClient(timeout time.Duration) *http.Client {
 
 // acceptStats is every scrape's header. It is shared: a RoundTripper must
 // not modify a request's headers.
-var acceptStats = http.Header{"Accept": {stats.ContentTypeV2 + ", " + stats.ContentType + ";q=0.5"}}
+var acceptStats = http.Header{"Accept": {stats.ContentTypeV3 + ", " + stats.ContentTypeV2 + ";q=0.9, " + stats.ContentType + ";q=0.5"}}
 
 // scrapeResult classifies a scrape for the metrics.
 type scrapeResult int
@@ -71,8 +71,8 @@ var resultNames = [numResults]string{"ok", "timeout", "status", "malformed", "er
 // errRoundOver fails the scrapes a round had no time left to start.
 var errRoundOver = errors.New("round deadline passed before the scrape started")
 
-// scrape fetches addr's stats report, version 2 where the pod serves it
-// and version 1 otherwise, and decodes it into r. buf holds the body, one
+// scrape fetches addr's stats report, in the newest version the pod
+// serves, and decodes it into r. buf holds the body, one
 // byte longer than the longest report so that trailing garbage is seen.
 func scrape(ctx context.Context, client *http.Client, addr string, buf *[stats.MaxBinarySize + 1]byte, r *stats.Report) (scrapeResult, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+network.StatsPath, nil)
@@ -91,8 +91,8 @@ func scrape(ctx context.Context, client *http.Client, addr string, buf *[stats.M
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 512))
 		return resultStatus, fmt.Errorf("scrape %s: status %s", addr, resp.Status)
 	}
-	if ct := resp.Header.Get("Content-Type"); !isType(ct, stats.ContentTypeV2) && !isType(ct, stats.ContentType) {
-		return resultMalformed, fmt.Errorf("scrape %s: content type %q, want %s or %s", addr, ct, stats.ContentTypeV2, stats.ContentType)
+	if ct := resp.Header.Get("Content-Type"); !isType(ct, stats.ContentTypeV3) && !isType(ct, stats.ContentTypeV2) && !isType(ct, stats.ContentType) {
+		return resultMalformed, fmt.Errorf("scrape %s: content type %q, want %s, %s or %s", addr, ct, stats.ContentTypeV3, stats.ContentTypeV2, stats.ContentType)
 	}
 	// A whole report ends with EOF before buf is full (ErrUnexpectedEOF),
 	// which also leaves the connection ready for reuse.

@@ -97,16 +97,18 @@ const (
 	GaugeNotFinite
 	// GaugeNegative: the value is below zero.
 	GaugeNegative
-	numGaugeProblems
+	// NumGaugeProblems counts the problems, GaugeOK included: the length
+	// of an array indexed by them.
+	NumGaugeProblems
 )
 
-var gaugeProblemNames = [numGaugeProblems]string{
+var gaugeProblemNames = [NumGaugeProblems]string{
 	"ok", "unreachable", "timeout", "status", "too large", "not a number", "missing", "wrong type", "not finite", "negative",
 }
 
 // String names the problem in a few words.
 func (p GaugeProblem) String() string {
-	if p < numGaugeProblems {
+	if p < NumGaugeProblems {
 		return gaugeProblemNames[p]
 	}
 	return "unknown problem " + strconv.Itoa(int(p))
@@ -370,7 +372,7 @@ func (r *Report) UnmarshalBinary(b []byte) error {
 		i := sharesEnd
 		flags := b[i]
 		problem := GaugeProblem(flags >> appProblemShift)
-		if problem >= numGaugeProblems {
+		if problem >= NumGaugeProblems {
 			return fmt.Errorf("%w: unknown gauge problem %d", ErrMalformed, problem)
 		}
 		d.App = AppUsage{
@@ -504,7 +506,7 @@ func (a AppUsage) validate() error {
 		return fmt.Errorf("%w: an app figure without its flag", ErrMalformed)
 	case a.HasGauge && a.GaugeKey == 0:
 		return fmt.Errorf("%w: an app gauge with key 0", ErrMalformed)
-	case a.GaugeProblem >= numGaugeProblems:
+	case a.GaugeProblem >= NumGaugeProblems:
 		return fmt.Errorf("%w: unknown gauge problem %d", ErrMalformed, a.GaugeProblem)
 	case a.HasGauge && a.GaugeProblem != GaugeOK:
 		return fmt.Errorf("%w: an app gauge with a problem", ErrMalformed)

@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -176,7 +177,14 @@ func run(ctx context.Context, cfg config, log *zap.Logger, clk clock.Clock, list
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	app := newServer(options{Replica: cfg.replica})
+	app := newServer(options{Replica: cfg.replica, Clock: clk})
+	var worker sync.WaitGroup
+	workCtx, stopWork := context.WithCancel(ctx)
+	worker.Go(func() { app.jobs.run(workCtx) })
+	defer func() {
+		stopWork()
+		worker.Wait()
+	}()
 	srv := newHTTPServer(app)
 	srv.RegisterOnShutdown(app.drain)
 	app.setReady()

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/utils/clock"
 )
 
 // Reserved paths; every other path greets, shaped by the knobs.
@@ -34,6 +36,8 @@ type options struct {
 	// Replica names this process in the greeting so tests can tell replicas
 	// apart; empty leaves it out.
 	Replica string
+	// Clock times the background jobs; nil is the real clock.
+	Clock clock.Clock
 }
 
 // server is the app's whole http.Handler: the greeting with its knobs, the
@@ -43,6 +47,7 @@ type server struct {
 	helloLength []string // Content-Length of hello, prebuilt for the plain path
 
 	counter inflight
+	jobs    *jobs
 
 	grpc     *grpc.Server
 	health   *health.Server
@@ -73,6 +78,7 @@ func newServer(o options) *server {
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
 		stopping: make(chan struct{}),
+		jobs:     newJobs(cmp.Or[clock.Clock](o.Clock, clock.RealClock{})),
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -106,6 +112,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h["Content-Type"] = textPlain
 		_, _ = w.Write(ok)
 		return
+	case metricsPath:
+		s.serveMetrics(w)
+		return
 	}
 
 	s.counter.begin()
@@ -117,6 +126,8 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveWebsocket(w, r)
 	case r.URL.Path == ssePath:
 		s.serveKnobs(w, r, true)
+	case r.URL.Path == jobsPath:
+		s.serveJobs(w, r)
 	case r.URL.RawQuery == "":
 		// The benchmark baseline: kept free of allocation.
 		s.serveHello(w)

@@ -33,6 +33,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/defaults"
+	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
@@ -381,7 +382,7 @@ func (c *Controller) syncDeployment(ctx context.Context, key service.Key) error 
 		return nil
 	}
 
-	spec, err := parse(d.Annotations, c.defaults.Current())
+	spec, err := parse(d, c.defaults.Current())
 	if err != nil {
 		if msg := err.Error(); msg != st.invalid {
 			st.invalid = msg
@@ -406,14 +407,28 @@ func (c *Controller) syncDeployment(ctx context.Context, key service.Key) error 
 	return c.writeStatus(ctx, sc, key, d, st)
 }
 
-// parse reads a Deployment's spec, reporting every problem at once.
-func parse(annotations map[string]string, d autoscaling.Defaults) (autoscaling.Spec, error) {
-	cc, ccErr := autoscaling.ParseContainerConcurrency(annotations)
-	spec, err := autoscaling.Parse(annotations, cc, d)
+// parse reads a Deployment's spec, reporting every problem at once: its
+// annotations, and the app container's requests that a percentage
+// cpu-target or memory-target is taken of.
+func parse(d *appsv1.Deployment, defs autoscaling.Defaults) (autoscaling.Spec, error) {
+	cc, ccErr := autoscaling.ParseContainerConcurrency(d.Annotations)
+	spec, err := autoscaling.Parse(d.Annotations, cc, defs)
 	if ccErr != nil || err != nil {
 		return autoscaling.Spec{}, errors.Join(ccErr, err)
 	}
-	return spec, nil
+	var cpu, memory float64
+	tpl := &d.Spec.Template.Spec
+	app, appErr := inject.AppContainer(tpl, d.Annotations[inject.AnnotationContainer])
+	if appErr == nil {
+		cpu, memory = inject.Requests(&tpl.Containers[app])
+	}
+	spec, err = spec.WithRequests(cpu, memory)
+	if err != nil && appErr != nil {
+		// The requests are missing because the app is not known, which
+		// says more than "it has none".
+		return autoscaling.Spec{}, fmt.Errorf("a percentage cpu-target or memory-target needs the app container's requests: %w", appErr)
+	}
+	return spec, err
 }
 
 // podAddrs are the stats addresses of key's ready pods.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -17,21 +19,22 @@ import (
 
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/defaults"
+	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
 )
 
-func mustParse(t *testing.T, annotations map[string]string, d autoscaling.Defaults) autoscaling.Spec {
+func mustParse(t *testing.T, d *appsv1.Deployment, defs autoscaling.Defaults) autoscaling.Spec {
 	t.Helper()
-	spec, err := parse(annotations, d)
+	spec, err := parse(d, defs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return spec
 }
 
-func parseError(annotations map[string]string, d autoscaling.Defaults) string {
-	_, err := parse(annotations, d)
+func parseError(d *appsv1.Deployment, defs autoscaling.Defaults) string {
+	_, err := parse(d, defs)
 	if err == nil {
 		return ""
 	}
@@ -54,7 +57,7 @@ func TestOptedInDeploymentIsUpsertedWithItsSpecAndPods(t *testing.T) {
 
 	calls := h.scaling.take()
 	want := []call{
-		{op: "upsert", key: key, spec: mustParse(t, ann, autoscaling.DefaultDefaults())},
+		{op: "upsert", key: key, spec: mustParse(t, d, autoscaling.DefaultDefaults())},
 		{op: "pods", key: key, pods: []string{"10.0.0.1:9090", "10.0.0.2:9090"}},
 	}
 	if !reflect.DeepEqual(calls, want) {
@@ -80,7 +83,7 @@ func TestOptedInDeploymentIsUpsertedWithItsSpecAndPods(t *testing.T) {
 	if len(ups) != 1 || ups[0].spec.MinScale != 2 {
 		t.Fatalf("after the annotation changed: upserts %+v, want one with min-scale 2", ups)
 	}
-	if !reflect.DeepEqual(ups[0].spec, mustParse(t, d.Annotations, autoscaling.DefaultDefaults())) {
+	if !reflect.DeepEqual(ups[0].spec, mustParse(t, d, autoscaling.DefaultDefaults())) {
 		t.Errorf("spec = %+v, want the parsed annotations", ups[0].spec)
 	}
 	if ev := h.events(); len(ev) != 0 {
@@ -119,7 +122,7 @@ func TestInvalidAnnotationsKeepThePreviousSpec(t *testing.T) {
 	d.Annotations[autoscaling.Prefix+autoscaling.KeyMinScale] = "abc"
 	h.update(d)
 	h.sync(key)
-	msg := parseError(d.Annotations, autoscaling.DefaultDefaults())
+	msg := parseError(d, autoscaling.DefaultDefaults())
 	if msg == "" {
 		t.Fatal("the annotations parse; the test needs invalid ones")
 	}
@@ -167,7 +170,7 @@ func TestInvalidAnnotationsKeepThePreviousSpec(t *testing.T) {
 		t.Errorf("invalid new deployment: calls %+v, want none", calls)
 	}
 	ev := h.events()
-	msg2 := parseError(d2.Annotations, autoscaling.DefaultDefaults())
+	msg2 := parseError(d2, autoscaling.DefaultDefaults())
 	if len(ev) != 1 || ev[0] != onDeployment("Warning InvalidAnnotations "+msg2) {
 		t.Fatalf("events %q, want one with %q", ev, msg2)
 	}
@@ -175,6 +178,67 @@ func TestInvalidAnnotationsKeepThePreviousSpec(t *testing.T) {
 		if !strings.Contains(msg2, part) {
 			t.Errorf("message %q does not name %s", msg2, part)
 		}
+	}
+}
+
+// TestPercentageTargetsTakeTheAppsRequests: a percentage cpu-target is
+// taken of the app container's request (not the queue-proxy's), and a
+// template whose app has no request is an invalid spec, treated as bad
+// annotations are: the previous spec is kept, a new Deployment is not
+// autoscaled, and the user is told once.
+func TestPercentageTargetsTakeTheAppsRequests(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	d := deployment("hello", map[string]string{autoscaling.Prefix + autoscaling.KeyMetric: "concurrency,cpu"})
+	tpl := &d.Spec.Template.Spec
+	tpl.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}
+	tpl.Containers = append(tpl.Containers, corev1.Container{Name: inject.ContainerName, Resources: inject.DefaultResources()})
+	h.create(d)
+	h.sync(key)
+	ups := only(h.scaling.take(), "upsert")
+	if len(ups) != 1 || ups[0].spec.CPURequest != 0.5 || ups[0].spec.CPUPerPod() != 0.35 {
+		t.Fatalf("upserts %+v, want one with the app's CPU request 0.5 and 0.35 cores per pod", ups)
+	}
+
+	// The request removed: the previous spec stays, and one event says why.
+	tpl.Containers[0].Resources = corev1.ResourceRequirements{}
+	h.updateTemplate(d)
+	h.sync(key)
+	msg := parseError(d, autoscaling.DefaultDefaults())
+	if !strings.Contains(msg, `autoscaling.swell.run/cpu-target: "70%" is a percentage of the app container's request, and it has none`) {
+		t.Fatalf("message %q, want the one of Spec.WithRequests", msg)
+	}
+	if ev, want := h.events(), []string{onDeployment("Warning InvalidAnnotations " + msg)}; !slices.Equal(ev, want) {
+		t.Fatalf("events %q\nwant %q", ev, want)
+	}
+	if calls := h.scaling.take(); len(only(calls, "upsert")) != 0 || len(only(calls, "remove")) != 0 || len(only(calls, "pods")) != 1 {
+		t.Errorf("calls %+v, want only pods", calls)
+	}
+	h.sync(key)
+	if ev := h.events(); len(ev) != 0 {
+		t.Errorf("second reconcile: events %q, want none", ev)
+	}
+
+	// A limit alone is the request Kubernetes gives the container.
+	tpl.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}
+	h.updateTemplate(d)
+	h.sync(key)
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].spec.CPURequest != 2 {
+		t.Errorf("after the limit: upserts %+v, want one with CPU request 2", ups)
+	}
+
+	// A new Deployment whose app has no request is not autoscaled.
+	key2 := service.Key{Namespace: testNS, Name: "broken"}
+	d2 := deployment("broken", map[string]string{autoscaling.Prefix + autoscaling.KeyMetric: "memory"})
+	h.create(d2)
+	h.sync(key2)
+	if calls := h.scaling.take(); len(calls) != 0 {
+		t.Errorf("new deployment without a request: calls %+v, want none", calls)
+	}
+	msg2 := parseError(d2, autoscaling.DefaultDefaults())
+	if ev := h.events(); len(ev) != 1 || ev[0] != onDeployment("Warning InvalidAnnotations "+msg2) || !strings.Contains(msg2, "memory-target") {
+		t.Errorf("events %q, want one naming memory-target", ev)
 	}
 }
 

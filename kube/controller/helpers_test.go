@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -353,6 +354,18 @@ func (h *harness) update(d *appsv1.Deployment) {
 	h.cached(kube.KeyOf(d), func(got *appsv1.Deployment) bool {
 		return maps.Equal(got.Annotations, d.Annotations) && maps.Equal(got.Labels, d.Labels) &&
 			maps.Equal(got.Spec.Template.Labels, d.Spec.Template.Labels)
+	})
+}
+
+// updateTemplate writes d and waits for the cache to show its pod
+// template.
+func (h *harness) updateTemplate(d *appsv1.Deployment) {
+	h.t.Helper()
+	if _, err := h.cs.AppsV1().Deployments(d.Namespace).Update(h.ctx, d, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.cached(kube.KeyOf(d), func(got *appsv1.Deployment) bool {
+		return equality.Semantic.DeepEqual(got.Spec.Template, d.Spec.Template)
 	})
 }
 

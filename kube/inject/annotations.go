@@ -41,6 +41,10 @@ const (
 	// AnnotationUserReadinessProbe holds, as JSON, the app's readiness probe
 	// as it was before injection moved it to the queue-proxy.
 	AnnotationUserReadinessProbe = kube.Prefix + "user-readiness-probe"
+	// AnnotationSharedProcessNamespace says injection set the pod's
+	// shareProcessNamespace, which the user had left unset: injecting
+	// again takes it back when the metrics no longer need it.
+	AnnotationSharedProcessNamespace = kube.Prefix + "injected-share-process-namespace"
 )
 
 // settable lists the swell.run/ keys a user sets on a workload: what an
@@ -58,7 +62,7 @@ var settable = []string{
 
 // known lists every swell.run/ key a workload may carry: the settable
 // ones and those Swell writes.
-var known = append(slices.Clip(settable), AnnotationInjected, AnnotationUserReadinessProbe, kube.AnnotationStatus)
+var known = append(slices.Clip(settable), AnnotationInjected, AnnotationUserReadinessProbe, AnnotationSharedProcessNamespace, kube.AnnotationStatus)
 
 // settings are the per-service values read from the annotations.
 type settings struct {
@@ -69,6 +73,9 @@ type settings struct {
 	responseStartTimeout time.Duration
 	streamIdleTimeout    time.Duration
 	container            string
+	// autoscaling is the service's autoscaling spec, without the app's
+	// requests.
+	autoscaling autoscaling.Spec
 }
 
 // parseSettings validates every swell.run/ and autoscaling.swell.run/
@@ -104,9 +111,11 @@ func parseSettings(annotations map[string]string, d autoscaling.Defaults) (setti
 		errs = append(errs, err)
 	}
 	s.containerConcurrency = cc
-	if _, err := autoscaling.Parse(annotations, cc, d); err != nil {
+	spec, err := autoscaling.Parse(annotations, cc, d)
+	if err != nil {
 		errs = append(errs, err)
 	}
+	s.autoscaling = spec
 
 	duration := func(key string, lo, hi time.Duration, accepted string) (time.Duration, bool) {
 		text, ok := annotations[key]

@@ -117,14 +117,15 @@ func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Confi
 		return err
 	}
 	spec := &out.Spec
-	app, err := appContainer(spec, s.container)
+	app, err := AppContainer(spec, s.container)
 	if err != nil {
 		return err
 	}
-	if err := checkPorts(spec); err != nil {
+	c := &spec.Containers[app]
+	metricsEnv, metricsErr := appMetrics(workload.Annotations, s.autoscaling, out, c)
+	if err := errors.Join(checkPorts(spec), metricsErr); err != nil {
 		return err
 	}
-	c := &spec.Containers[app]
 
 	userPort := int32(network.DefaultUserPort)
 	if len(c.Ports) > 0 {
@@ -162,15 +163,16 @@ func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Confi
 	seconds := int64(max(grace, need) / time.Second)
 	spec.TerminationGracePeriodSeconds = &seconds
 
-	spec.Containers = append(spec.Containers, queueProxy(cfg, s, userPort, probeEnv))
+	spec.Containers = append(spec.Containers, queueProxy(cfg, s, userPort, probeEnv, metricsEnv))
 	setAnnotation(&out.ObjectMeta, AnnotationInjected, cfg.Image)
 	*tpl = *out
 	return nil
 }
 
 // uninject undoes a previous injection, so that injecting again starts
-// from the user's template: the queue-proxy goes, and the app's readiness
-// probe, when injection moved it, comes back.
+// from the user's template: the queue-proxy goes, the app's readiness
+// probe, when injection moved it, comes back, and so does an unset
+// shareProcessNamespace.
 func uninject(tpl *corev1.PodTemplateSpec) error {
 	if _, ok := tpl.Annotations[AnnotationInjected]; !ok {
 		for _, c := range tpl.Spec.Containers {
@@ -187,6 +189,7 @@ func uninject(tpl *corev1.PodTemplateSpec) error {
 		}
 	}
 	tpl.Spec.Containers = kept
+	unshareProcessNamespace(tpl)
 	raw, ok := tpl.Annotations[AnnotationUserReadinessProbe]
 	if !ok {
 		return nil
@@ -221,49 +224,58 @@ func probesContainer(probe *corev1.Probe, c *corev1.Container) bool {
 	return ok
 }
 
-// appContainer returns the index of the app container: the one named,
-// else the only one, else the only one declaring a port.
-func appContainer(spec *corev1.PodSpec, name string) (int, error) {
+// AppContainer returns the index in spec.Containers of the app container
+// of a pod template, injected or not: the one named (name is the
+// swell.run/container annotation, or ""), else the only container besides
+// the queue-proxy, else the only one of them declaring a port. Injection,
+// routing and the controller all find the app by this one rule.
+func AppContainer(spec *corev1.PodSpec, name string) (int, error) {
+	var apps []int
+	for i, c := range spec.Containers {
+		if c.Name != ContainerName {
+			apps = append(apps, i)
+		}
+	}
+	names := func() string {
+		var b []byte
+		for n, i := range apps {
+			if n > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, spec.Containers[i].Name...)
+		}
+		return string(b)
+	}
 	if name != "" {
-		for i, c := range spec.Containers {
-			if c.Name == name {
+		for _, i := range apps {
+			if spec.Containers[i].Name == name {
 				return i, nil
 			}
 		}
-		return 0, &autoscaling.Error{Key: AnnotationContainer, Name: AnnotationContainer, Value: name,
-			Problem: "names no container", Accepted: "one of " + containerNames(spec)}
+		return -1, &autoscaling.Error{Key: AnnotationContainer, Name: AnnotationContainer, Value: name,
+			Problem: "names no container", Accepted: "one of " + names()}
 	}
-	switch len(spec.Containers) {
+	switch len(apps) {
 	case 0:
-		return 0, errors.New("the pod template has no container")
+		return -1, errors.New("the pod template has no app container")
 	case 1:
-		return 0, nil
+		return apps[0], nil
 	}
 	app := -1
-	for i, c := range spec.Containers {
+	for _, i := range apps {
+		c := &spec.Containers[i]
 		if len(c.Ports) == 0 {
 			continue
 		}
 		if app >= 0 {
-			return 0, fmt.Errorf("containers %s and %s both declare ports: set the annotation %s to the app container's name", spec.Containers[app].Name, c.Name, AnnotationContainer)
+			return -1, fmt.Errorf("containers %s and %s both declare ports: set the annotation %s to the app container's name", spec.Containers[app].Name, c.Name, AnnotationContainer)
 		}
 		app = i
 	}
 	if app < 0 {
-		return 0, fmt.Errorf("none of the containers %s declares a port: set the annotation %s to the app container's name", containerNames(spec), AnnotationContainer)
+		return -1, fmt.Errorf("none of the containers %s declares a port: set the annotation %s to the app container's name", names(), AnnotationContainer)
 	}
 	return app, nil
-}
-
-func containerNames(spec *corev1.PodSpec) string {
-	var b []byte
-	for i, c := range spec.Containers {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, c.Name...)
-	}
-	return string(b)
 }
 
 // checkPorts fails if a container of the pod, init containers included
@@ -351,7 +363,7 @@ func drainHook() *corev1.LifecycleHandler {
 	}}
 }
 
-func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar) corev1.Container {
+func queueProxy(cfg Config, s settings, userPort int32, probeEnv, metricsEnv []corev1.EnvVar) corev1.Container {
 	env := []corev1.EnvVar{
 		{Name: "QUEUE_SERVING_PORT", Value: strconv.Itoa(network.DefaultQueueServingPort)},
 		{Name: "QUEUE_ADMIN_PORT", Value: strconv.Itoa(network.DefaultQueueAdminPort)},
@@ -378,6 +390,7 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv []corev1.EnvVar
 		// the drain ends, and the kubelet then stops the app.
 		corev1.EnvVar{Name: "DRAIN_TIMEOUT", Value: autoscaling.FormatDuration(drainTimeout(s.timeout))},
 	)
+	env = append(env, metricsEnv...)
 
 	yes, no, uid := true, false, int64(RunAsUser)
 	return corev1.Container{

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
@@ -352,15 +354,23 @@ func TestInjectedPodStaysRestricted(t *testing.T) {
 			if v := violations(&tpl); len(v) > 0 {
 				t.Fatalf("the app's pod is not restricted to begin with: %v", v)
 			}
-			if err := Template(metav1.ObjectMeta{}, &tpl, testConfig()); err != nil {
-				t.Fatal(err)
-			}
-			if v := violations(&tpl); len(v) > 0 {
-				t.Errorf("the injected pod violates the restricted profile:\n%s", strings.Join(v, "\n"))
-			}
-			qp := tpl.Spec.Containers[len(tpl.Spec.Containers)-1].SecurityContext
-			if qp.RunAsUser == nil || *qp.RunAsUser != 65532 {
-				t.Errorf("queue-proxy runAsUser %v, want 65532 (distroless nonroot)", qp.RunAsUser)
+			// The cpu metric shares the pod's process namespace, which the
+			// profile allows.
+			for _, workload := range []metav1.ObjectMeta{{}, {Annotations: map[string]string{
+				autoscaling.Prefix + autoscaling.KeyMetric:    "concurrency,cpu",
+				autoscaling.Prefix + autoscaling.KeyCPUTarget: "500m",
+			}}} {
+				tpl := *tpl.DeepCopy()
+				if err := Template(workload, &tpl, testConfig()); err != nil {
+					t.Fatal(err)
+				}
+				if v := violations(&tpl); len(v) > 0 {
+					t.Errorf("annotations %v: the injected pod violates the restricted profile:\n%s", workload.Annotations, strings.Join(v, "\n"))
+				}
+				qp := tpl.Spec.Containers[len(tpl.Spec.Containers)-1].SecurityContext
+				if qp.RunAsUser == nil || *qp.RunAsUser != 65532 {
+					t.Errorf("queue-proxy runAsUser %v, want 65532 (distroless nonroot)", qp.RunAsUser)
+				}
 			}
 		})
 	}
@@ -387,5 +397,125 @@ func TestHostsJudgedAtAdmission(t *testing.T) {
 	_, err := parseSettings(map[string]string{kube.AnnotationHosts: "web.payments.svc.cluster.local"}, autoscaling.DefaultDefaults())
 	if err == nil || !strings.Contains(err.Error(), kube.AnnotationHosts) || !strings.Contains(err.Error(), "cluster-local") {
 		t.Errorf("another namespace's cluster-local name: %v, want refused", err)
+	}
+}
+
+// TestSharedProcessNamespaceTakenBack: injection takes back the shared
+// process namespace it set once the metrics no longer need it, and keeps
+// what the user set themselves.
+func TestSharedProcessNamespaceTakenBack(t *testing.T) {
+	cpu := metav1.ObjectMeta{Annotations: map[string]string{
+		autoscaling.Prefix + autoscaling.KeyMetric:    "concurrency,cpu",
+		autoscaling.Prefix + autoscaling.KeyCPUTarget: "500m",
+	}}
+	concurrency := metav1.ObjectMeta{}
+	share := func(tpl *corev1.PodTemplateSpec) string {
+		if tpl.Spec.ShareProcessNamespace == nil {
+			return "unset"
+		}
+		return strconv.FormatBool(*tpl.Spec.ShareProcessNamespace)
+	}
+	for _, tt := range []struct {
+		name  string
+		given *bool
+		want  string
+	}{
+		{"unset", nil, "unset"},
+		{"set by the user", ptr(true), "true"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tpl := corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+				Spec:       corev1.PodSpec{ShareProcessNamespace: tt.given, Containers: []corev1.Container{{Name: "app"}}},
+			}
+			if err := Template(cpu, &tpl, testConfig()); err != nil {
+				t.Fatal(err)
+			}
+			if got := share(&tpl); got != "true" {
+				t.Fatalf("with the cpu metric: shareProcessNamespace %s, want true", got)
+			}
+			if err := Template(concurrency, &tpl, testConfig()); err != nil {
+				t.Fatal(err)
+			}
+			if got := share(&tpl); got != tt.want {
+				t.Errorf("after cpu left the metric list: shareProcessNamespace %s, want %s", got, tt.want)
+			}
+			if _, ok := tpl.Annotations[AnnotationSharedProcessNamespace]; ok {
+				t.Errorf("%s still set", AnnotationSharedProcessNamespace)
+			}
+		})
+	}
+
+	// A false the user wrote over an injected template is theirs: refused
+	// while cpu is listed, not turned back to true.
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+	}
+	if err := Template(cpu, &tpl, testConfig()); err != nil {
+		t.Fatal(err)
+	}
+	tpl.Spec.ShareProcessNamespace = ptr(false)
+	err := Template(cpu, &tpl, testConfig())
+	if err == nil || !strings.Contains(err.Error(), `shareProcessNamespace: "false" is set on the pod template, but autoscaling.swell.run/metric lists cpu`) {
+		t.Errorf("the user's false under the cpu metric: %v, want refused", err)
+	}
+}
+
+// TestQueueProxyReadsTheMetricsEnvironment: the queue-proxy accepts the
+// environment injection gives it for cpu, memory and a gauge, and reads
+// what the annotations asked for.
+func TestQueueProxyReadsTheMetricsEnvironment(t *testing.T) {
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}}}},
+	}
+	meta := metav1.ObjectMeta{Annotations: map[string]string{
+		autoscaling.Prefix + autoscaling.KeyMetric:      "concurrency,cpu,memory,gauge",
+		autoscaling.Prefix + autoscaling.KeyGauge:       `waiting{ model = "x" }`,
+		autoscaling.Prefix + autoscaling.KeyGaugeTarget: "3",
+		autoscaling.Prefix + autoscaling.KeyGaugePort:   "9100",
+		autoscaling.Prefix + autoscaling.KeyGaugePath:   "/stats",
+	}}
+	if err := Template(meta, &tpl, testConfig()); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range tpl.Spec.Containers[len(tpl.Spec.Containers)-1].Env {
+		env[e.Name] = e.Value
+	}
+	cfg, err := queueproxy.ParseConfig(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("the queue-proxy refuses its injected environment: %v", err)
+	}
+	if cfg.AppUsage != queueproxy.AppUsagePod || cfg.GaugeSelector != `waiting{model="x"}` || cfg.GaugePort != 9100 || cfg.GaugePath != "/stats" {
+		t.Errorf("queue-proxy app usage %q, gauge %q on port %d at %q; want pod, waiting{model=\"x\"} on 9100 at /stats",
+			cfg.AppUsage, cfg.GaugeSelector, cfg.GaugePort, cfg.GaugePath)
+	}
+}
+
+func TestRequests(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		r           corev1.ResourceRequirements
+		cpu, memory float64
+	}{
+		{"none", corev1.ResourceRequirements{}, 0, 0},
+		{"requests", corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("512Mi")}}, 0.25, 512 << 20},
+		// Kubernetes gives a container with a limit and no request a
+		// request equal to the limit.
+		{"limits only", corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1G")}}, 2, 1e9},
+		{"request below limit", corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}, 0.1, 0},
+	} {
+		cpu, memory := Requests(&corev1.Container{Resources: tt.r})
+		if cpu != tt.cpu || memory != tt.memory {
+			t.Errorf("%s: Requests = %v cores, %v bytes; want %v, %v", tt.name, cpu, memory, tt.cpu, tt.memory)
+		}
 	}
 }

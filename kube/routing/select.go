@@ -2,7 +2,6 @@ package routing
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -230,14 +229,13 @@ type appInfo struct {
 	err error
 }
 
-// appOf finds d's app port as injection does: the app container is the
-// one the swell.run/container annotation names, else the only container
-// besides the queue-proxy, else the only one declaring a port; its first
-// port is the app's, network.DefaultUserPort if it declares none.
+// appOf finds d's app port as injection does: the app container is
+// inject.AppContainer's (the swell.run/container annotation names it);
+// its first port is the app's, network.DefaultUserPort if it declares
+// none.
 func appOf(d *appsv1.Deployment) appInfo {
 	spec := &d.Spec.Template.Spec
 	info := appInfo{named: map[string]int32{}}
-	var app []corev1.Container
 	injected := false
 	for _, c := range spec.Containers {
 		for _, p := range c.Ports {
@@ -245,11 +243,7 @@ func appOf(d *appsv1.Deployment) appInfo {
 				info.named[p.Name] = p.ContainerPort
 			}
 		}
-		if c.Name == inject.ContainerName {
-			injected = true
-			continue
-		}
-		app = append(app, c)
+		injected = injected || c.Name == inject.ContainerName
 	}
 	if !injected {
 		info.err = fmt.Errorf("its pod template has no %s container (is Swell's webhook installed?)", inject.ContainerName)
@@ -259,47 +253,16 @@ func appOf(d *appsv1.Deployment) appInfo {
 	if name == "" {
 		name = d.Spec.Template.Annotations[inject.AnnotationContainer]
 	}
-	c, err := appContainer(app, name)
+	app, err := inject.AppContainer(spec, name)
 	if err != nil {
 		info.err = err
 		return info
 	}
 	info.port = network.DefaultUserPort
-	if len(c.Ports) > 0 {
+	if c := &spec.Containers[app]; len(c.Ports) > 0 {
 		info.port = c.Ports[0].ContainerPort
 	}
 	return info
-}
-
-func appContainer(cs []corev1.Container, name string) (*corev1.Container, error) {
-	if name != "" {
-		for i := range cs {
-			if cs[i].Name == name {
-				return &cs[i], nil
-			}
-		}
-		return nil, fmt.Errorf("%s: %q names no container of its pod template", inject.AnnotationContainer, name)
-	}
-	switch len(cs) {
-	case 0:
-		return nil, errors.New("its pod template has no app container")
-	case 1:
-		return &cs[0], nil
-	}
-	var found *corev1.Container
-	for i := range cs {
-		if len(cs[i].Ports) == 0 {
-			continue
-		}
-		if found != nil {
-			return nil, fmt.Errorf("containers %s and %s both declare ports: set the annotation %s to the app container's name", found.Name, cs[i].Name, inject.AnnotationContainer)
-		}
-		found = &cs[i]
-	}
-	if found == nil {
-		return nil, fmt.Errorf("no container declares a port: set the annotation %s to the app container's name", inject.AnnotationContainer)
-	}
-	return found, nil
 }
 
 // routePorts splits svc's ports into those that reach the app's port (TCP,

@@ -28,6 +28,9 @@ func TestGolden(t *testing.T) {
 		{"mutate-deployment-bad", "deployment-bad.yaml", "/mutate", admissionv1.Update, deploymentKind},
 		{"validate-deployment-bad", "deployment-bad.yaml", "/validate", admissionv1.Update, deploymentKind},
 		{"mutate-service-reapplied", "service-reapplied.yaml", "/mutate", admissionv1.Update, serviceKind},
+		{"mutate-deployment-cpu", "deployment-cpu.yaml", "/mutate", admissionv1.Create, deploymentKind},
+		{"validate-deployment-cpu-bad", "deployment-cpu-bad.yaml", "/validate", admissionv1.Create, deploymentKind},
+		{"mutate-deployment-cpu-bad", "deployment-cpu-bad.yaml", "/mutate", admissionv1.Create, deploymentKind},
 	}
 	h := newHandler(t, nil)
 	for _, tc := range cases {

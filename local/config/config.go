@@ -5,6 +5,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -118,4 +119,21 @@ func Parse(path string, data []byte) (*File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// ReplicaCPU is the CPU request, in cores, of a `swell local` replica: a
+// percentage cpu-target is of one core, as a container requesting one.
+// Replicas request no memory, so memory-target must be an amount.
+const ReplicaCPU = 1.0
+
+// withReplicaRequests gives spec the requests of a local replica, or the
+// error of a percentage target no request backs, said in local terms.
+func withReplicaRequests(spec autoscaling.Spec) (autoscaling.Spec, error) {
+	out, err := spec.WithRequests(ReplicaCPU, 0)
+	var ae *autoscaling.Error
+	if errors.As(err, &ae) && ae.Key == autoscaling.KeyMemoryTarget {
+		ae.Problem = "is a percentage of a memory request, and swell local replicas have none"
+		ae.Accepted = "an amount per replica, such as 512Mi"
+	}
+	return out, err
 }

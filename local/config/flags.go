@@ -156,6 +156,9 @@ func (f *Flags) File(argv []string) (*File, error) {
 	}
 
 	spec, defaults, err := f.autoscaling.Resolve(s.ContainerConcurrency, autoscaling.DefaultDefaults())
+	if err == nil {
+		spec, err = withReplicaRequests(spec)
+	}
 	if err != nil {
 		errs = append(errs, splitErrors(err)...)
 	}

@@ -317,6 +317,9 @@ func (r *reader) annotations(n *yaml.Node, field string, s *Service, ccLine int,
 	// Parse sees the foreign keys too: it reports a misspelt prefix in
 	// front of a known key with the key meant.
 	spec, err := autoscaling.Parse(given, s.ContainerConcurrency, d)
+	if err == nil {
+		spec, err = withReplicaRequests(spec)
+	}
 	reported := map[string]bool{}
 	if err != nil {
 		for _, e := range splitErrors(err) {

@@ -177,16 +177,17 @@ func (a *app) run(ctx context.Context) error {
 	log.Info("deciding every service", zap.Duration("tickInterval", tick), zap.Bool("fromDefaults", cfg.TickInterval == 0))
 
 	as, err := autoscaler.New(autoscaler.Config{
-		TickInterval: tick,
-		Backend:      backend,
-		Scaler:       scaler.Config{OnEvent: backend.OnEvent},
-		Endpoint:     collector.EndpointConfig{Authenticator: reviewer},
-		Registerer:   reg,
-		OnNotable:    backend.OnNotable,
-		Memory:       backend,
-		KeepInterval: cfg.KeepInterval,
-		Clock:        clock.RealClock{},
-		Logger:       log,
+		TickInterval:   tick,
+		Backend:        backend,
+		Scaler:         scaler.Config{OnEvent: backend.OnEvent},
+		Endpoint:       collector.EndpointConfig{Authenticator: reviewer},
+		Registerer:     reg,
+		OnNotable:      backend.OnNotable,
+		OnGaugeProblem: backend.OnGaugeProblem,
+		Memory:         backend,
+		KeepInterval:   cfg.KeepInterval,
+		Clock:          clock.RealClock{},
+		Logger:         log,
 	})
 	if err != nil {
 		return err

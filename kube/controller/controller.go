@@ -145,6 +145,8 @@ const (
 	ReasonScaleFailed        = "ScaleFailed"
 	ReasonPanicStarted       = "PanicStarted"
 	ReasonPanicEnded         = "PanicEnded"
+	ReasonGaugeUnreadable    = "GaugeUnreadable"
+	ReasonGaugeReadable      = "GaugeReadable"
 	ReasonInvalidAnnotations = "InvalidAnnotations"
 	ReasonInvalidName        = "InvalidName"
 )

@@ -9,6 +9,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 // OnEvent is the executor's scaler.Config.OnEvent: it records each change
@@ -59,6 +60,22 @@ func (c *Backend) OnNotable(n autoscaler.Notable) {
 		c.event(n.Service, corev1.EventTypeNormal, reason, n.Decision.Reason)
 	}
 	c.changed(n.Service)
+}
+
+// OnGaugeProblem is the loop's autoscaler.Config.OnGaugeProblem: a
+// Warning on the Deployment when its pods cannot read the app gauge it
+// scales on (missing, not a number, negative, an endpoint that hangs or
+// sends too much...), and a Normal event when they read it again. The
+// service scales on its other metrics meanwhile.
+func (c *Backend) OnGaugeProblem(p autoscaler.GaugeProblem) {
+	if p.Problem == stats.GaugeOK {
+		c.event(p.Service, corev1.EventTypeNormal, ReasonGaugeReadable, fmt.Sprintf("the pods read the app gauge %s again", p.Gauge))
+	} else {
+		c.event(p.Service, corev1.EventTypeWarning, ReasonGaugeUnreadable,
+			fmt.Sprintf("%d pods cannot read the app gauge %s: %s (see the queue-proxy's log); scaling on the other metrics meanwhile",
+				p.Pods, p.Gauge, p.Problem))
+	}
+	c.changed(p.Service)
 }
 
 // event records an Event on key's Deployment, if it is opted in.

@@ -21,6 +21,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 func TestEventsOnTheDeployment(t *testing.T) {
@@ -65,6 +66,12 @@ func TestEventsOnTheDeployment(t *testing.T) {
 			h.b.OnNotable(autoscaler.Notable{Service: k, From: 3, PanicChanged: true,
 				Decision: decider.Decision{Scale: 3, Reason: "stable at target 70"}})
 		}, []string{onDeployment("Normal PanicEnded stable at target 70")}},
+		{"gauge unreadable", func(k service.Key) {
+			h.b.OnGaugeProblem(autoscaler.GaugeProblem{Service: k, Gauge: "num_requests_waiting", Problem: stats.GaugeTooLarge, Pods: 2})
+		}, []string{onDeployment("Warning GaugeUnreadable 2 pods cannot read the app gauge num_requests_waiting: too large (see the queue-proxy's log); scaling on the other metrics meanwhile")}},
+		{"gauge readable", func(k service.Key) {
+			h.b.OnGaugeProblem(autoscaler.GaugeProblem{Service: k, Gauge: "num_requests_waiting"})
+		}, []string{onDeployment("Normal GaugeReadable the pods read the app gauge num_requests_waiting again")}},
 		{"scale change without panic change", func(k service.Key) {
 			h.b.OnNotable(autoscaler.Notable{Service: k, From: 3, Decision: decider.Decision{Scale: 4, Reason: "stable at target 70"}})
 		}, nil},

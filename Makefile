@@ -25,7 +25,8 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# The images' test builds every image for two platforms, twice; on cold
+# The images' test builds every image, twice (the hello image for two
+# platforms, the others for one: docs/images.md); on cold
 # caches that is most of a cold run's compiling, so it runs on its own,
 # after the race-enabled tests, with a bound of its own (the race detector
 # would only slow the builds it drives).

@@ -58,7 +58,7 @@ func RunOracle(ctx context.Context, cfg Config, src Source) (*Result, error) {
 	if slots == 0 {
 		slots = cfg.Spec.ContainerConcurrency
 	}
-	o := oracle{startup: cfg.Pods.StartupDelay, slots: slots}
+	o := oracle{startup: cfg.Pods.StartupDelay, slots: slots, cores: cfg.cores()}
 	var reqs []Request
 	for {
 		r, ok := src.Next()
@@ -77,6 +77,7 @@ func RunOracle(ctx context.Context, cfg Config, src Source) (*Result, error) {
 type oracle struct {
 	startup time.Duration
 	slots   int // 0: no limit
+	cores   float64
 
 	levels []level
 	// lives are the pods' lives, [start, end) with ready from start +
@@ -262,6 +263,12 @@ func (o *oracle) timeline(reqs []Request) []Second {
 			if to > time.Duration(i+1)*time.Second && from < time.Duration(i+1)*time.Second {
 				tl[i].InService++
 			}
+		}
+	}
+	if o.slots > 0 {
+		// Every request is served at full speed, each keeping a slot busy.
+		for i := range tl {
+			tl[i].CPU, tl[i].HasCPU = tl[i].Concurrency*o.cores/float64(o.slots), true
 		}
 	}
 	return tl

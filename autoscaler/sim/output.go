@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,7 @@ import (
 
 // TimelineHeader is the timeline CSV's header; docs/sim.md describes each
 // column.
-const TimelineHeader = "t,arrivals,rejected,concurrency,stable,panic_window,desired,scale,ebc,panic,ready,pods,activator_in_path,activator_queue,pod_queue,in_service"
+const TimelineHeader = "t,arrivals,rejected,concurrency,cpu,cpu_seen,stable,panic_window,desired,scale,ebc,panic,ready,pods,activator_in_path,activator_queue,pod_queue,in_service"
 
 // WriteTimeline writes the timeline as CSV, one row per second.
 func WriteTimeline(w io.Writer, timeline []Second) error {
@@ -27,7 +28,18 @@ func WriteTimeline(w io.Writer, timeline []Second) error {
 			buf = append(buf, ',')
 			buf = strconv.AppendInt(buf, int64(v), 10)
 		}
-		for _, v := range [...]float64{r.Concurrency, r.Stable, r.PanicLoad} {
+		buf = append(buf, ',')
+		buf = appendDecimal(buf, r.Concurrency)
+		for _, v := range [...]struct {
+			v   float64
+			has bool
+		}{{r.CPU, r.HasCPU}, {r.CPUSeen, r.HasCPUSeen}} {
+			buf = append(buf, ',')
+			if v.has {
+				buf = appendDecimal(buf, v.v)
+			}
+		}
+		for _, v := range [...]float64{r.Stable, r.PanicLoad} {
 			buf = append(buf, ',')
 			buf = appendDecimal(buf, v)
 		}
@@ -89,7 +101,24 @@ func WriteSummary(w io.Writer, s Summary) error {
 		p("latency", "mean %s  p50 %s  p99 %s  max %s", round(s.LatencyMean), round(s.LatencyP50), round(s.LatencyP99), round(s.LatencyMax))
 	}
 	p("decisions", "%d ticks, %d pokes; %d s in panic", s.Ticks, s.Pokes, s.PanicSeconds)
+	if r := s.Reaction; r != nil {
+		after := func(d time.Duration) string {
+			if d < 0 {
+				return "never"
+			}
+			return "after " + since(d)
+		}
+		p("reaction", "to the rise at %s: first scale-up %s, %d pods ready %s", r.At, after(r.FirstUp), r.Pods, after(r.Reached))
+	}
 	return bw.Flush()
+}
+
+// since is a reaction's time for a table: the duration, or "never".
+func since(d time.Duration) string {
+	if d < 0 {
+		return "never"
+	}
+	return round(d).String()
 }
 
 // round shortens a duration for reading: to the millisecond above a
@@ -117,11 +146,22 @@ func (s Summary) OracleRatio() string {
 var ComparisonColumns = []string{"policy", "pod-seconds", "× oracle", "cold starts", "waited", "p50 wait", "p99 wait", "rejected", "max pods"}
 
 // WriteComparison writes one row per summary under ComparisonColumns,
-// aligned for a terminal: names on the left, numbers on the right.
+// aligned for a terminal: names on the left, numbers on the right. When
+// a summary has a Reaction, two columns follow: the time to the first
+// scale-up and to the pods needed ("-" for a summary without one).
 func WriteComparison(w io.Writer, sums []Summary) error {
-	rows := [][]string{ComparisonColumns}
+	header := ComparisonColumns
+	var reaction *Reaction
 	for _, s := range sums {
-		rows = append(rows, []string{
+		if s.Reaction != nil {
+			reaction = s.Reaction
+			header = append(slices.Clip(header), "first up", "to "+strconv.Itoa(reaction.Pods)+" ready")
+			break
+		}
+	}
+	rows := [][]string{header}
+	for _, s := range sums {
+		row := []string{
 			string(s.Class),
 			strconv.FormatFloat(s.PodSeconds, 'f', 1, 64),
 			s.OracleRatio(),
@@ -131,10 +171,18 @@ func WriteComparison(w io.Writer, sums []Summary) error {
 			round(s.WaitP99).String(),
 			strconv.Itoa(s.Rejected),
 			strconv.Itoa(s.MaxPods),
-		})
+		}
+		switch {
+		case reaction == nil:
+		case s.Reaction == nil:
+			row = append(row, "-", "-")
+		default:
+			row = append(row, since(s.Reaction.FirstUp), since(s.Reaction.Reached))
+		}
+		rows = append(rows, row)
 	}
 	// Widths in runes, as fmt pads ("×" is one).
-	width := make([]int, len(ComparisonColumns))
+	width := make([]int, len(header))
 	for _, r := range rows {
 		for i, c := range r {
 			width[i] = max(width[i], utf8.RuneCountInString(c))

@@ -28,11 +28,19 @@
 //     switch takes effect. Scaling starts pods (ready after the startup
 //     delay) or stops them: a stopping pod takes no new request and
 //     finishes what it holds.
+//   - A request in service at full speed keeps one of its pod's Capacity
+//     slots busy, and a slot is a Capacity-th of the pod's Cores: a pod's
+//     CPU is Cores × min(requests in service, Capacity) / Capacity,
+//     averaged over the second. Starting pods use none; a stopping pod is
+//     no longer ready, so nobody measures it.
 //   - Each second the engine gets one sample, as the real collector would
 //     record it: the time-weighted average number of requests in the
-//     system (queued at the activator or a queue-proxy, or in service) and
-//     the number that arrived, stamped with the second's end like the
-//     collector's round that reports it.
+//     system (queued at the activator or a queue-proxy, or in service),
+//     the number that arrived, and the ready pods' CPU, stamped with the
+//     second's end like the collector's round that reports it. With a
+//     MetricsResolution above a second the CPU is instead the average of
+//     the last whole window of that length, published as it closes, as
+//     metrics-server serves the HPA.
 package sim
 
 import (
@@ -67,6 +75,10 @@ type PodModel struct {
 	// longer. 0 means the spec's containerConcurrency, or no limit when
 	// that is 0 as well.
 	Capacity int
+	// Cores is each pod's CPU, in cores, and its CPU request, which a
+	// percentage cpu-target is taken of: a pod serving Capacity requests
+	// at full speed uses all of them. 0 means 1.
+	Cores float64
 }
 
 // Config is one simulation's settings.
@@ -77,6 +89,12 @@ type Config struct {
 	// Tick is how often the engine decides (the autoscaler's
 	// tick-interval).
 	Tick time.Duration
+	// MetricsResolution is how often the CPU the engine sees is
+	// published: every second (0 or 1s), as the queue-proxy reports it,
+	// or, in whole seconds above that, each window of this length's
+	// average, given for each of its seconds when the window closes, as
+	// metrics-server serves the HPA (15s by default there).
+	MetricsResolution time.Duration
 	// Rules are the executor's rules the decisions are applied by; zero
 	// fields take the autoscaler's defaults (plan.Rules.WithDefaults).
 	Rules plan.Rules
@@ -115,6 +133,16 @@ type Second struct {
 	// Concurrency is the sample given to the engine for this second: the
 	// time-weighted average number of requests in the system.
 	Concurrency float64
+	// CPU is what the pods ready at the second's end used in it, in cores
+	// (HasCPU: some pod was ready and the pods have a finite capacity).
+	CPU    float64
+	HasCPU bool
+	// CPUSeen is the CPU given to the engine at the second's end: the
+	// second's own, or with a MetricsResolution above a second, on the
+	// second that closes a window, the window's average, given for each
+	// of its seconds. HasCPUSeen is false when none was given.
+	CPUSeen    float64
+	HasCPUSeen bool
 	// Stable and PanicLoad are the observed values (of the spec's metric)
 	// the last decision saw.
 	Stable, PanicLoad float64
@@ -181,6 +209,10 @@ type Summary struct {
 	Pokes int `json:"pokes"`
 	// PanicSeconds counts the timeline's seconds that ended in panic mode.
 	PanicSeconds int `json:"panic_seconds"`
+
+	// Reaction is how the run answered a rise of load, when the caller
+	// measured it (Result.React).
+	Reaction *Reaction `json:"reaction,omitempty"`
 }
 
 // Result is a simulation's outcome.
@@ -204,14 +236,16 @@ func Run(ctx context.Context, cfg Config, src Source) (*Result, error) {
 
 // The names of Config's settings in errors: those of `swell sim`'s flags.
 const (
-	KeyTick             = "tick-interval"
-	KeyPodStartup       = "pod-startup"
-	KeyPodStartupJitter = "pod-startup-jitter"
-	KeyPodCapacity      = "pod-capacity"
-	KeyQueueLimit       = "queue-limit"
-	KeyRouteDelay       = "route-delay"
-	KeyInitialReady     = "initial-ready"
-	KeyDuration         = "duration"
+	KeyTick              = "tick-interval"
+	KeyPodStartup        = "pod-startup"
+	KeyPodStartupJitter  = "pod-startup-jitter"
+	KeyPodCapacity       = "pod-capacity"
+	KeyPodCores          = "pod-cores"
+	KeyMetricsResolution = "metrics-resolution"
+	KeyQueueLimit        = "queue-limit"
+	KeyRouteDelay        = "route-delay"
+	KeyInitialReady      = "initial-ready"
+	KeyDuration          = "duration"
 )
 
 // Validate reports every setting out of bounds at once, each as an
@@ -257,8 +291,52 @@ func (c Config) Validate() error {
 			bad(n.key, strconv.Itoa(n.n), "is negative", n.accepted)
 		}
 	}
+	if c := c.Pods.Cores; c < 0 || math.IsNaN(c) || math.IsInf(c, 0) {
+		bad(KeyPodCores, strconv.FormatFloat(c, 'g', -1, 64), "is not a number of cores", "0 (one core) or a number of cores above 0, such as 0.5 or 2")
+	}
+	if r := c.MetricsResolution; r < 0 || r%time.Second != 0 || r > maxResolution {
+		bad(KeyMetricsResolution, r.String(), "is out of range", "a whole number of seconds from 1s (the queue-proxy's, the default) to 10m, such as 15s (metrics-server's)")
+	}
+	// Only what the pods model can be scaled on.
+	for _, m := range c.Spec.Votes() {
+		if m == autoscaling.MetricMemory || m == autoscaling.MetricGauge {
+			bad(autoscaling.KeyMetric, string(m), "is not simulated: the simulated pods have CPU, but no memory and no app gauge",
+				"concurrency or rps, and cpu, such as concurrency,cpu")
+		}
+	}
+	// A pod's CPU is the busy share of its full-speed slots: without a
+	// number of slots there is no share. (The pods' CPU request is their
+	// cores, so a percentage cpu-target always has one to be taken of.)
+	if c.Spec.VotesWith(autoscaling.MetricCPU) && c.capacity() == 0 {
+		bad(KeyPodCapacity, "0", "(with no container concurrency either) leaves a pod no full speed to take its CPU as a share of, and the metric lists cpu",
+			"the number of requests a pod serves at full speed on its cores, each using that share of them, or a container concurrency")
+	}
 	return errors.Join(errs...)
 }
+
+// maxResolution bounds MetricsResolution: a window longer than ten minutes
+// is a typo, not a metrics pipeline.
+const maxResolution = 10 * time.Minute
+
+// capacity is how many requests a pod serves at full speed; 0 for no
+// limit.
+func (c *Config) capacity() int {
+	if c.Pods.Capacity > 0 {
+		return c.Pods.Capacity
+	}
+	return c.Spec.ContainerConcurrency
+}
+
+// cores is each pod's CPU, in cores.
+func (c *Config) cores() float64 {
+	if c.Pods.Cores > 0 {
+		return c.Pods.Cores
+	}
+	return 1
+}
+
+// resolution is MetricsResolution in whole seconds, at least one.
+func (c *Config) resolution() int { return max(1, int(c.MetricsResolution/time.Second)) }
 
 // podState is where a pod is in its life.
 type podState uint8
@@ -284,6 +362,10 @@ type pod struct {
 	served  float64
 	at      time.Duration
 	version uint64
+	// busy is the slots kept busy since the second began, integrated to
+	// busyAt (slot-nanoseconds): the pod's CPU is busy × cores/capacity.
+	busy   float64
+	busyAt time.Duration
 }
 
 // request is a request in the simulation.
@@ -342,6 +424,11 @@ type sim struct {
 	secArrivals int
 	secRejected int
 
+	// The current metrics window, above a second's resolution: the sum of
+	// its one-second CPU samples, and whether a pod was ready in any.
+	cpuWin    float64
+	cpuWinHas bool
+
 	free      []*request
 	timeline  []Second
 	sum       Summary
@@ -361,9 +448,11 @@ func newSim(cfg Config, src Source) *sim {
 		horizon: cfg.Duration,
 		jitter:  rand.New(rand.NewPCG(cfg.Seed, 0x9057_ab1e)),
 	}
-	s.capacity = cfg.Pods.Capacity
-	if s.capacity == 0 {
-		s.capacity = s.cc
+	s.capacity = cfg.capacity()
+	// The pods' CPU request is their cores: Validate checked that the
+	// spec takes it.
+	if spec, err := cfg.Spec.WithRequests(cfg.cores(), 0); err == nil {
+		s.cfg.Spec = spec
 	}
 	s.sum.Class = cfg.Spec.Class
 	return s
@@ -463,17 +552,30 @@ func (s *sim) advance(t time.Duration) {
 // sample and timeline row, and reports whether the simulation is over.
 func (s *sim) closeSecond() (done bool) {
 	conc := s.secArea / float64(time.Second)
+	cpu, hasCPU := s.cpuSecond()
 	// The collector records every service it knows each second, at the
 	// second of its round — the end of the second measured — so a tick
 	// right after reads it; zeros included, which keep the window's
 	// history going.
-	s.eng.Record(engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals)})
+	sample := engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals)}
+	seen, hasSeen := cpu, hasCPU
+	if s.cfg.resolution() == 1 {
+		sample.CPU, sample.HasCPU = cpu, hasCPU
+	}
+	s.eng.Record(sample)
+	if s.cfg.resolution() > 1 {
+		seen, hasSeen = s.publishCPU(cpu, hasCPU)
+	}
 	d := &s.last
 	row := Second{
 		T:               len(s.timeline),
 		Arrivals:        s.secArrivals,
 		Rejected:        s.secRejected,
 		Concurrency:     conc,
+		CPU:             cpu,
+		HasCPU:          hasCPU,
+		CPUSeen:         seen,
+		HasCPUSeen:      hasSeen,
 		Stable:          d.Stable,
 		PanicLoad:       d.Panic,
 		Desired:         d.Desired,
@@ -497,6 +599,53 @@ func (s *sim) closeSecond() (done bool) {
 	}
 	s.events.push(event{at: s.now + time.Second, kind: evSecond})
 	return false
+}
+
+// cpuSecond is the CPU the pods ready now used in the second ending now,
+// in cores, as their queue-proxies report it and the collector sums it;
+// ok is false when no pod is ready or the pods' capacity is unlimited. It
+// starts every pod's next second.
+func (s *sim) cpuSecond() (cpu float64, ok bool) {
+	var busy float64
+	for _, p := range s.pods {
+		s.account(p)
+		if p.state == podReady {
+			busy += p.busy
+		}
+		p.busy = 0
+	}
+	if s.ready == 0 || s.capacity == 0 {
+		return 0, false
+	}
+	return busy / float64(time.Second) * s.cfg.cores() / float64(s.capacity), true
+}
+
+// publishCPU takes the second's CPU into the metrics window, the
+// resolution being above a second, and returns what it gave the engine
+// now. When the window closes — windows end at
+// multiples of the resolution from 0 — the engine gets its average over
+// all its seconds (one with no pod ready counts as none used) for each of
+// them, as metrics-server publishes a pod's CPU over its last scrape
+// interval: until then the engine knows nothing of those seconds' CPU,
+// and its windows end at the last second it knows. A window read at its
+// close over the resolution's length is thus the value published, which
+// is all the Kubernetes HPA reads.
+func (s *sim) publishCPU(cpu float64, ok bool) (float64, bool) {
+	n := s.cfg.resolution()
+	s.cpuWin += cpu
+	s.cpuWinHas = s.cpuWinHas || ok
+	if (len(s.timeline)+1)%n != 0 {
+		return 0, false
+	}
+	avg, has := s.cpuWin/float64(n), s.cpuWinHas
+	s.cpuWin, s.cpuWinHas = 0, false
+	if !has {
+		return 0, false
+	}
+	for k := n - 1; k >= 0; k-- {
+		s.eng.Record(engine.Sample{Time: s.at().Add(-time.Duration(k) * time.Second), CPU: avg, HasCPU: true})
+	}
+	return avg, true
 }
 
 func (s *sim) throughActivator() bool { return s.routeActivator || s.ready == 0 }
@@ -687,12 +836,27 @@ func (s *sim) rate(n int) float64 {
 	return float64(s.capacity) / float64(n)
 }
 
-// catchUp brings a pod's served counter to now.
+// catchUp brings a pod's served counter and its CPU to now.
 func (s *sim) catchUp(p *pod) {
 	if n := len(p.active); n > 0 && s.now > p.at {
 		p.served += float64(s.now-p.at) * s.rate(n)
 	}
 	p.at = s.now
+	s.account(p)
+}
+
+// account brings a pod's busy slots to now. It has a clock of its own so
+// that closing a second does not move served, which completions are
+// planned from.
+func (s *sim) account(p *pod) {
+	if n := len(p.active); n > 0 && s.now > p.busyAt {
+		slots := n
+		if s.capacity > 0 {
+			slots = min(n, s.capacity)
+		}
+		p.busy += float64(s.now-p.busyAt) * float64(slots)
+	}
+	p.busyAt = s.now
 }
 
 // start puts a request in service at p. The caller reschedules p.
@@ -764,7 +928,7 @@ func (s *sim) fill(p *pod) {
 
 func (s *sim) newPod() *pod {
 	s.podSeq++
-	p := &pod{id: s.podSeq, at: s.now}
+	p := &pod{id: s.podSeq, at: s.now, busyAt: s.now}
 	s.pods = append(s.pods, p)
 	s.alive++
 	s.live++

@@ -405,15 +405,15 @@ func TestWriteComparison(t *testing.T) {
 func TestWriteTimelineAndChart(t *testing.T) {
 	tl := []Second{
 		{T: 0, Arrivals: 3, Concurrency: 1.23456, Stable: 1, PanicLoad: 2.5, Desired: 1, Scale: 1, EBC: -210, Panic: true, Ready: 0, Pods: 1, ActivatorInPath: true, ActivatorQueue: 2},
-		{T: 1, Arrivals: 0, Concurrency: 0.5, Stable: 1, Desired: 1, Scale: 1, EBC: -211, Ready: 1, Pods: 1, InService: 1},
+		{T: 1, Arrivals: 0, Concurrency: 0.5, CPU: 0.25, HasCPU: true, CPUSeen: 0.125, HasCPUSeen: true, Stable: 1, Desired: 1, Scale: 1, EBC: -211, Ready: 1, Pods: 1, InService: 1},
 	}
 	var b bytes.Buffer
 	if err := WriteTimeline(&b, tl); err != nil {
 		t.Fatal(err)
 	}
 	want := TimelineHeader + "\n" +
-		"0,3,0,1.2346,1,2.5,1,1,-210,true,0,1,true,2,0,0\n" +
-		"1,0,0,0.5,1,0,1,1,-211,false,1,1,false,0,0,1\n"
+		"0,3,0,1.2346,,,1,2.5,1,1,-210,true,0,1,true,2,0,0\n" +
+		"1,0,0,0.5,0.25,0.125,1,0,1,1,-211,false,1,1,false,0,0,1\n"
 	if b.String() != want {
 		t.Errorf("timeline\n%s\nwant\n%s", b.String(), want)
 	}

@@ -37,12 +37,17 @@ An hour of traffic takes seconds. Choose the input:
 
 The autoscaling flags are the autoscaling.swell.run/* keys, checked as the
 annotations are (docs/configuration.md). --policy kpa,hpa,pid runs several
-policies on the same traffic and prints one comparison table.
+policies on the same traffic and prints one comparison table; an entry may
+carry settings of its own, as "hpa tick-interval=15s metrics-resolution=15s".
+The pods have CPU (--pod-cores, a share per request served at full speed),
+so --metric cpu scales on it.
 
 Examples:
   swell sim --trace azure.csv --sleep-per-token 20ms --container-concurrency 4 --out out/
   swell sim --profile step --rate 20 --step-rate 200 --step-at 5m --duration 30m --service-time 200ms
   swell sim --profile onoff --rate 5 --on 2m --off 5m --duration 30m --policy kpa,hpa,pid
+  swell sim --profile step --rate 5 --step-rate 35 --step-at 5m --duration 15m --service-time 200ms \
+      --container-concurrency 1 --metric cpu --policy "exponential,hpa metrics-resolution=15s tick-interval=15s"
   swell sim --observations decisions.csv --target 10 --initial-ready 3
 
 See docs/sim.md for the models and the outputs.
@@ -82,6 +87,8 @@ type simFlags struct {
 	podStartup           time.Duration
 	podStartupJitter     time.Duration
 	podCapacity          int
+	podCores             float64
+	metricsResolution    time.Duration
 	queueLimit           int
 	routeDelay           time.Duration
 	policy               string
@@ -147,9 +154,11 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.DurationVar(&f.podStartup, "pod-startup", 2*time.Second, "how long a pod takes to become ready")
 	fs.DurationVar(&f.podStartupJitter, "pod-startup-jitter", 0, "add up to this much, drawn uniformly, to each pod's startup")
 	fs.IntVar(&f.podCapacity, "pod-capacity", 0, "`N` requests a pod serves at full speed; beyond, they share it and slow down (0: --container-concurrency, or unlimited)")
+	fs.Float64Var(&f.podCores, "pod-cores", 1, "each pod's CPU and CPU request, in `cores`: a request at full speed uses cores / --pod-capacity of them (a percentage --cpu-target is of these)")
+	fs.DurationVar(&f.metricsResolution, "metrics-resolution", time.Second, "the CPU the engine sees is each window of this `duration`'s average, published as it closes: 1s as the queue-proxy reports, 15s as metrics-server serves the HPA")
 	fs.IntVar(&f.queueLimit, "queue-limit", 0, "reject requests beyond `N` waiting at the activator or at one pod's queue-proxy (0: unbounded)")
 	fs.DurationVar(&f.routeDelay, "route-delay", 0, "how long switching traffic between the activator and the pods takes")
-	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid, and oracle, the clairvoyant bound (one is the same as --class)")
+	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid, and oracle, the clairvoyant bound (one is the same as --class); a class may carry settings of its own after it, as \"hpa tick-interval=15s metrics-resolution=15s\"")
 	fs.StringVar(&f.sweep, "sweep", "", "`KEY=V1,V2,...`: run the policy (--class, or the first of --policy) at each value of an autoscaling key and chart cost against waits, with the other policies (--policy's others; all at their defaults without it) and the oracle as points")
 
 	fs.StringVar(&f.out, "out", "", "write timeline.csv, summary.txt, summary.json and chart.svg into this `directory` (one subdirectory per policy with several)")
@@ -166,14 +175,22 @@ type simPlan struct {
 	initialReady int
 
 	// traffic mode: specs[i] runs as policy names[i], which is the spec's
-	// class or sim.Oracle (the bound, computed with the default class's
-	// spec for the pods' concurrency)
+	// class, the --policy entry with its settings, or sim.Oracle (the
+	// bound, computed with the default class's spec for the pods'
+	// concurrency); cfgs[i] is its whole configuration, cfg the command
+	// line's
 	specs   []autoscaling.Spec
 	names   []string
+	cfgs    []sim.Config
 	cfg     sim.Config
 	records []trace.Record
 	profile *sim.Profile
 	traffic string // a description for the summary
+	// rise is when generated traffic steps up (a step, a spike), and
+	// risePods the pods its new rate needs at the CPU target: each run's
+	// reaction to it is measured when risePods > 0
+	rise     time.Duration
+	risePods int
 
 	// sweep mode: sweepSpecs[i] is names[0]'s spec with sweepKey set to
 	// sweepValues[i]; specs and names are then the points
@@ -195,8 +212,8 @@ func (p *simPlan) source() sim.Source {
 var (
 	traceOnlyFlags   = []string{"sleep-base", "sleep-per-token"}
 	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "off-dist", "period", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
-	trafficOnlyFlags = []string{"duration", "seed", "pod-startup", "pod-startup-jitter", "pod-capacity", "queue-limit", "route-delay",
-		"out", "timeline", "chart", "summary", "write-trace", "tick", autoscaling.KeyTickInterval}
+	trafficOnlyFlags = []string{"duration", "seed", "pod-startup", "pod-startup-jitter", "pod-capacity", "pod-cores", "metrics-resolution",
+		"queue-limit", "route-delay", "out", "timeline", "chart", "summary", "write-trace", "tick", autoscaling.KeyTickInterval}
 	shapeFlags = map[string][]sim.Shape{
 		"step-rate":  {sim.ShapeStep},
 		"step-at":    {sim.ShapeStep},
@@ -318,28 +335,29 @@ func parseSim(args []string) (*simPlan, error) {
 	}
 
 	// The policies: --policy, or --class, or the default.
-	var policies []string
+	var policies []policyEntry
 	if set["policy"] {
 		if set[autoscaling.KeyClass] {
 			return nil, usagef("--policy and --class cannot be combined: --policy kpa,hpa runs each class in turn")
 		}
-		for _, name := range strings.Split(f.policy, ",") {
-			name = strings.TrimSpace(name)
-			if name != string(sim.Oracle) && !slices.Contains(autoscaling.Classes(), autoscaling.Class(name)) {
-				return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: name, Problem: "is not a class",
-					Accepted:   "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
-					Suggestion: spelling.Suggest(name, append(classNames(), string(sim.Oracle)))})
-			}
-			if slices.Contains(policies, name) {
-				return nil, usagef("--policy %q: %s is listed twice", f.policy, name)
-			}
-			policies = append(policies, name)
+		var err error
+		if policies, err = parsePolicies(f.policy, f.keys.Names()); err != nil {
+			return nil, err
 		}
 		if input == "--observations" && len(policies) > 1 {
 			return nil, usagef("--policy %q: --observations replays one decider; give one class", f.policy)
 		}
-		if input == "--observations" && policies[0] == string(sim.Oracle) {
+		if input == "--observations" && policies[0].class == string(sim.Oracle) {
 			return nil, usagef("--policy oracle: the bound is computed from traffic (--trace or --profile), not from --observations")
+		}
+		for _, e := range policies {
+			switch {
+			case len(e.settings) == 0:
+			case input == "--observations":
+				return nil, usagef("--policy %q: settings of a policy's own compare runs on traffic; with --observations give them as flags", e.name)
+			case set["sweep"]:
+				return nil, usagef("--policy %q: settings of a policy's own cannot be combined with --sweep; give them as flags", e.name)
+			}
 		}
 	}
 	p := &simPlan{}
@@ -354,15 +372,29 @@ func parseSim(args []string) (*simPlan, error) {
 		defaults = d
 		return nil
 	}
+	// Each run's tick and metrics resolution: the command line's, or its
+	// policy's own.
+	type timing struct{ tick, resolution time.Duration }
+	var timings []timing
 	if len(policies) == 0 {
 		if err := resolve(); err != nil {
 			return nil, err
 		}
+		timings = append(timings, timing{defaults.TickInterval, f.metricsResolution})
 	}
-	for _, name := range policies {
-		class := name
-		if name == string(sim.Oracle) {
+	for _, e := range policies {
+		class := e.class
+		if class == string(sim.Oracle) {
 			class = string(autoscaling.ClassKPA)
+		}
+		if len(e.settings) > 0 {
+			spec, d, res, err := e.resolve(args, class)
+			if err != nil {
+				return nil, err
+			}
+			p.specs, p.names = append(p.specs, spec), append(p.names, e.name)
+			timings = append(timings, timing{d.TickInterval, res})
+			continue
 		}
 		if err := fs.Set(autoscaling.KeyClass, class); err != nil {
 			return nil, err
@@ -370,7 +402,8 @@ func parseSim(args []string) (*simPlan, error) {
 		if err := resolve(); err != nil {
 			return nil, err
 		}
-		p.names[len(p.names)-1] = name
+		p.names[len(p.names)-1] = e.name
+		timings = append(timings, timing{defaults.TickInterval, f.metricsResolution})
 	}
 
 	if set["sweep"] {
@@ -411,11 +444,13 @@ func parseSim(args []string) (*simPlan, error) {
 		}
 	}
 	p.cfg = sim.Config{
-		Tick: defaults.TickInterval,
+		Tick:              timings[0].tick,
+		MetricsResolution: f.metricsResolution,
 		Pods: sim.PodModel{
 			StartupDelay:  f.podStartup,
 			StartupJitter: f.podStartupJitter,
 			Capacity:      f.podCapacity,
+			Cores:         f.podCores,
 		},
 		QueueLimit:   f.queueLimit,
 		RouteDelay:   f.routeDelay,
@@ -423,12 +458,30 @@ func parseSim(args []string) (*simPlan, error) {
 		Duration:     f.duration,
 		Seed:         f.seed,
 	}
-	// The simulator's own checks, with its settings named as flags; the
-	// specs were checked as they were resolved.
-	check := p.cfg
-	check.Spec = p.specs[0]
-	if err := check.Validate(); err != nil {
-		return nil, flagProblems(err)
+	if set["pod-cores"] && !(f.podCores > 0) {
+		// 0 is the simulator's "one core", which leaving the flag out says.
+		return nil, usagef("--pod-cores %v: accepted is a number of cores above 0, such as 0.5 or 2", f.podCores)
+	}
+	// The simulator's own checks, with its settings named as flags, for
+	// each run; the specs were checked as they were resolved. A sweep's
+	// runs differ from the command line only in the swept key.
+	for i, spec := range p.specs {
+		c := withSpec(p.cfg, spec)
+		if p.sweepKey == "" {
+			c.Tick, c.MetricsResolution = timings[i].tick, timings[i].resolution
+		}
+		if err := c.Validate(); err != nil {
+			if p.names[i] != string(spec.Class) && p.names[i] != string(sim.Oracle) {
+				return nil, usagef("--policy %q: %v", p.names[i], flagProblems(err))
+			}
+			return nil, flagProblems(err)
+		}
+		p.cfgs = append(p.cfgs, c)
+	}
+	for _, spec := range p.sweepSpecs {
+		if err := withSpec(p.cfg, spec).Validate(); err != nil {
+			return nil, flagProblems(err)
+		}
 	}
 	p.out, p.timeline, p.chart, p.summary, p.writeTrace = f.out, f.timeline, f.chart, f.summary, f.writeTrace
 
@@ -496,7 +549,96 @@ func parseSim(args []string) (*simPlan, error) {
 	}
 	p.profile = &prof
 	p.traffic = describeProfile(prof)
+	// A rise of load: how fast each run answers it, measured against the
+	// pods the new rate keeps at the CPU target.
+	switch shape {
+	case sim.ShapeStep:
+		p.rise, p.risePods = prof.StepAt, p.cfgs[0].PodsAtTarget(prof.StepRate, prof.ServiceTime)
+	case sim.ShapeSpike:
+		p.rise, p.risePods = prof.SpikeAt, p.cfgs[0].PodsAtTarget(prof.SpikeRate, prof.ServiceTime)
+	}
 	return p, nil
+}
+
+// policyEntry is one item of --policy: a class, or oracle, and the
+// settings it runs with over the command line's, as "hpa
+// tick-interval=15s metrics-resolution=15s".
+type policyEntry struct {
+	name     string // as written, spaces made single: the run's name
+	class    string
+	settings [][2]string // key, value
+}
+
+// entrySettings are the settings a policy may carry of its own, besides
+// the autoscaling keys other than class: how the engine sees and decides
+// may differ between runs, the traffic and the pods may not.
+var entrySettings = []string{"metrics-resolution", "tick"}
+
+// parsePolicies reads --policy: comma-separated entries, each a class
+// (or oracle) and optional KEY=VALUE settings separated by spaces.
+func parsePolicies(text string, keys []string) ([]policyEntry, error) {
+	allowed := slices.DeleteFunc(append(slices.Clone(keys), entrySettings...), func(k string) bool { return k == autoscaling.KeyClass })
+	var out []policyEntry
+	for _, item := range strings.Split(text, ",") {
+		fields := strings.Fields(item)
+		if len(fields) == 0 {
+			fields = []string{""}
+		}
+		e := policyEntry{name: strings.Join(fields, " "), class: fields[0]}
+		if e.class != string(sim.Oracle) && !slices.Contains(autoscaling.Classes(), autoscaling.Class(e.class)) {
+			return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: e.class, Problem: "is not a class",
+				Accepted:   "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
+				Suggestion: spelling.Suggest(e.class, append(classNames(), string(sim.Oracle)))})
+		}
+		for _, kv := range fields[1:] {
+			key, value, ok := strings.Cut(kv, "=")
+			key = strings.TrimPrefix(key, "--")
+			switch {
+			case e.class == string(sim.Oracle):
+				return nil, usagef("--policy %q: the oracle has no settings", e.name)
+			case !ok || key == "":
+				return nil, usagef("--policy %q: %q is not a setting; want KEY=VALUE after the class, such as tick-interval=15s", e.name, kv)
+			case !slices.Contains(allowed, key):
+				return nil, flagProblems(&autoscaling.Error{Name: "--policy " + strconv.Quote(e.name), Value: key,
+					Problem:    "is not a setting a policy can carry of its own",
+					Accepted:   "an autoscaling key other than class, metrics-resolution or tick: the traffic and the pods are the same for every policy",
+					Suggestion: spelling.Suggest(key, allowed)})
+			}
+			e.settings = append(e.settings, [2]string{key, value})
+		}
+		if slices.ContainsFunc(out, func(o policyEntry) bool { return o.name == e.name }) {
+			return nil, usagef("--policy %q: %s is listed twice", text, e.name)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// resolve makes the entry's spec, cluster defaults and metrics resolution:
+// the command line args as given, with the entry's class and settings
+// over it.
+func (e policyEntry) resolve(args []string, class string) (autoscaling.Spec, autoscaling.Defaults, time.Duration, error) {
+	var f simFlags
+	fs := newSimFlagSet(&f)
+	if err := fs.Parse(args); err != nil {
+		return autoscaling.Spec{}, autoscaling.Defaults{}, 0, &usageError{msg: err.Error()}
+	}
+	if err := fs.Set(autoscaling.KeyClass, class); err != nil {
+		return autoscaling.Spec{}, autoscaling.Defaults{}, 0, err
+	}
+	for _, kv := range e.settings {
+		if err := fs.Set(kv[0], kv[1]); err != nil {
+			// Only the simulator's own settings fail here: the
+			// autoscaling keys are checked as they are resolved.
+			return autoscaling.Spec{}, autoscaling.Defaults{}, 0,
+				usagef("--policy %q: %s %q is not a duration; accepted: a whole number of seconds, such as 15s", e.name, kv[0], kv[1])
+		}
+	}
+	spec, d, err := f.keys.Resolve(f.containerConcurrency, autoscaling.DefaultDefaults())
+	if err != nil {
+		return autoscaling.Spec{}, autoscaling.Defaults{}, 0, usagef("--policy %q: %v", e.name, err)
+	}
+	return spec, d, f.metricsResolution, nil
 }
 
 func cmpDuration(a, b time.Duration) int {
@@ -569,14 +711,14 @@ func simulate(ctx context.Context, p *simPlan, s streams) error {
 	}
 	// The bound, once: every summary gives its pod-seconds as a multiple
 	// of the oracle's.
-	bound, err := sim.RunOracle(ctx, withSpec(p.cfg, p.specs[0]), p.source())
+	bound, err := sim.RunOracle(ctx, p.cfgs[0], p.source())
 	if err != nil {
 		return err
 	}
 	if p.sweepKey != "" {
 		return sweep(ctx, p, bound, s)
 	}
-	results, err := runAll(ctx, p, p.specs, p.names, bound, s)
+	results, err := runAll(ctx, p, p.cfgs, p.names, bound, s)
 	if err != nil {
 		return err
 	}
@@ -635,7 +777,7 @@ func simulate(ctx context.Context, p *simPlan, s streams) error {
 		if err := sim.WriteSummary(&text, r.Summary); err != nil {
 			return err
 		}
-		if err := writeOutputs(filepath.Join(p.out, string(r.Summary.Class)), p, r, text.Bytes()); err != nil {
+		if err := writeOutputs(filepath.Join(p.out, dirName(string(r.Summary.Class))), p, r, text.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -645,16 +787,17 @@ func simulate(ctx context.Context, p *simPlan, s streams) error {
 	})
 }
 
-// runAll runs each spec as the policy names[i] says (the oracle is bound,
-// computed already), concurrently up to the machine's cores, and gives
-// every summary the bound's pod-seconds.
-func runAll(ctx context.Context, p *simPlan, specs []autoscaling.Spec, names []string, bound *sim.Result, s streams) ([]*sim.Result, error) {
-	results := make([]*sim.Result, len(specs))
-	errs := make([]error, len(specs))
-	elapsed := make([]time.Duration, len(specs))
+// runAll runs each configuration as the policy names[i] says (the oracle
+// is bound, computed already), concurrently up to the machine's cores, and
+// gives every summary the bound's pod-seconds, the name it runs as and its
+// reaction to a rise of the load.
+func runAll(ctx context.Context, p *simPlan, cfgs []sim.Config, names []string, bound *sim.Result, s streams) ([]*sim.Result, error) {
+	results := make([]*sim.Result, len(cfgs))
+	errs := make([]error, len(cfgs))
+	elapsed := make([]time.Duration, len(cfgs))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
-	for i, spec := range specs {
+	for i, cfg := range cfgs {
 		if names[i] == string(sim.Oracle) {
 			results[i] = bound
 			continue
@@ -665,7 +808,7 @@ func runAll(ctx context.Context, p *simPlan, specs []autoscaling.Spec, names []s
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			start := time.Now()
-			results[i], errs[i] = sim.Run(ctx, withSpec(p.cfg, spec), p.source())
+			results[i], errs[i] = sim.Run(ctx, cfg, p.source())
 			elapsed[i] = time.Since(start)
 		}()
 	}
@@ -675,12 +818,21 @@ func runAll(ctx context.Context, p *simPlan, specs []autoscaling.Spec, names []s
 	}
 	for i, r := range results {
 		r.Summary.OraclePodSeconds = bound.Summary.PodSeconds
-		if names[i] != string(sim.Oracle) {
-			fmt.Fprintf(s.stderr, "swell sim: %s: simulated %s in %s\n", r.Summary.Class, r.Summary.Duration, elapsed[i].Round(time.Millisecond))
+		if names[i] == string(sim.Oracle) {
+			continue
 		}
+		r.Summary.Class = autoscaling.Class(names[i])
+		if p.risePods > 0 {
+			r.React(p.rise, p.risePods)
+		}
+		fmt.Fprintf(s.stderr, "swell sim: %s: simulated %s in %s\n", r.Summary.Class, r.Summary.Duration, elapsed[i].Round(time.Millisecond))
 	}
 	return results, nil
 }
+
+// dirName is the directory of a run's outputs under --out: its name, with
+// the spaces and slashes of a policy's settings made underscores.
+func dirName(name string) string { return strings.NewReplacer(" ", "_", "/", "_").Replace(name) }
 
 // sweep runs the swept policy at each value and the points, prints the
 // comparison (the swept runs named KEY=VALUE) and draws the frontier.
@@ -689,11 +841,15 @@ func sweep(ctx context.Context, p *simPlan, bound *sim.Result, s streams) error 
 	for i := range names {
 		names[i] = string(p.sweepSpecs[i].Class)
 	}
-	swept, err := runAll(ctx, p, p.sweepSpecs, names, bound, s)
+	cfgs := make([]sim.Config, len(p.sweepSpecs))
+	for i, spec := range p.sweepSpecs {
+		cfgs[i] = withSpec(p.cfg, spec)
+	}
+	swept, err := runAll(ctx, p, cfgs, names, bound, s)
 	if err != nil {
 		return err
 	}
-	points, err := runAll(ctx, p, p.specs, p.names, bound, s)
+	points, err := runAll(ctx, p, p.cfgs, p.names, bound, s)
 	if err != nil {
 		return err
 	}

@@ -65,11 +65,32 @@ func TestSimUsageErrors(t *testing.T) {
 		{"--profile constant --rate 1 --duration 1m --sweep target=1,2 --policy oracle,kpa", "--sweep: the oracle has no settings to sweep"},
 		{"--observations " + obs + " --initial-ready -1", "--initial-ready: \"-1\" is negative; accepted: a number of pods of 0 or more"},
 		{"--observations " + badObs, "--observations " + badObs + `: line 3: ready "one": accepted is a whole number of pods of 0 or more`},
+		{"--profile constant --rate 1 --duration 1m --metric cpu", `--pod-capacity: "0" (with no container concurrency either) leaves a pod no full speed`},
+		{"--profile constant --rate 1 --duration 1m --container-concurrency 1 --metric concurrency,memory", `--metric: "memory" is not simulated`},
+		{"--profile constant --rate 1 --duration 1m --container-concurrency 1 --metrics-resolution 90m", `--metrics-resolution: "1h30m0s" is out of range; accepted: a whole number of seconds from 1s`},
+		{"--profile constant --rate 1 --duration 1m --pod-cores 0", "--pod-cores 0: accepted is a number of cores above 0"},
+		{"--observations " + obs + " --pod-cores 2", "--pod-cores applies to traffic"},
+		{"--observations " + obs + " --metrics-resolution 15s", "--metrics-resolution applies to traffic"},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpx|tick=15s", `--policy: "hpx" is not a class`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa|windw=1m", `--policy "hpa windw=1m": "windw" is not a setting a policy can carry of its own; accepted: an autoscaling key other than class, metrics-resolution or tick: the traffic and the pods are the same for every policy; did you mean window?`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa|seed=2", `"seed" is not a setting a policy can carry of its own`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa|15s", `--policy "hpa 15s": "15s" is not a setting; want KEY=VALUE`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,oracle|window=1m", `--policy "oracle window=1m": the oracle has no settings`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa|window=5s", `--policy "kpa window=5s": --window: "5s" is out of range`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa|metric=cpu", `--policy "kpa metric=cpu": --pod-capacity: "0"`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa|metrics-resolution=x", `--policy "kpa metrics-resolution=x": metrics-resolution "x" is not a duration`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa|window=30s,kpa||window=30s", `kpa window=30s is listed twice`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa|window=30s --sweep target=1,2", `settings of a policy's own cannot be combined with --sweep`},
+		{"--observations " + obs + " --policy kpa|window=30s", `with --observations give them as flags`},
 		{"--observations " + obs + " extra", `unexpected argument "extra"`},
 		{"--observations " + obs + " --no-such-flag", "flag provided but not defined: -no-such-flag"},
 	}
 	for _, tt := range tests {
-		args := append([]string{"sim"}, strings.Fields(tt.args)...)
+		// "|" is a space within an argument: a --policy entry's settings.
+		args := []string{"sim"}
+		for _, a := range strings.Fields(tt.args) {
+			args = append(args, strings.ReplaceAll(a, "|", " "))
+		}
 		code, out, errs := swell(t, args...)
 		if code != 2 || !strings.Contains(errs, tt.contains) || out != "" {
 			t.Errorf("swell %s: exit %d, stdout %q, stderr %q; want exit 2, no output, stderr mentioning %q", strings.Join(args, " "), code, out, errs, tt.contains)
@@ -79,7 +100,8 @@ func TestSimUsageErrors(t *testing.T) {
 
 func TestSimHelp(t *testing.T) {
 	code, out, _ := swell(t, "sim", "--help")
-	for _, want := range []string{"Usage: swell sim", "--observations file", "--target-burst-capacity", "--pod-startup duration", "(default 2s)"} {
+	for _, want := range []string{"Usage: swell sim", "--observations file", "--target-burst-capacity", "--pod-startup duration", "(default 2s)",
+		"--pod-cores cores", "--metrics-resolution duration", "--cpu-target"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("swell sim --help: exit %d, output lacks %q", code, want)
 		}
@@ -200,5 +222,53 @@ func TestSimComparison(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "comparison.txt")); err != nil || string(b) != out {
 		t.Errorf("comparison.txt %q, %v", b, err)
+	}
+}
+
+// TestSimCPUComparison: policies carrying settings of their own on one
+// step of CPU work, each named as written, with the time from the step to
+// the first scale-up and to the pods the new rate needs at the CPU target.
+func TestSimCPUComparison(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := swell(t, "sim", "--profile", "step", "--rate", "5", "--step-rate", "35", "--step-at", "2m", "--duration", "6m",
+		"--service-time", "200ms", "--container-concurrency", "1", "--metric", "cpu",
+		"--policy", "exponential, hpa  metrics-resolution=15s tick-interval=15s window=15s,kpa metric=concurrency,oracle", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	// 35/s × 200ms is 7 cores of work, 10 pods at 70% of a core.
+	if len(lines) != 7 || !strings.HasSuffix(lines[2], "max pods  first up  to 10 ready") {
+		t.Fatalf("table:\n%s", out)
+	}
+	var names []string
+	for _, l := range lines[3:] {
+		name, _, _ := strings.Cut(l, "  ")
+		names = append(names, name)
+	}
+	want := []string{"exponential", "hpa metrics-resolution=15s tick-interval=15s window=15s", "kpa metric=concurrency", "oracle"}
+	if !slices.Equal(names, want) {
+		t.Errorf("rows %q, want %q", names, want)
+	}
+	// The hpa sees the CPU of the step's first 15 seconds when that window
+	// closes, and decides on it at the tick then (both every 15s from 0):
+	// its 15s stable window reads that window alone, as the Kubernetes
+	// HPA reads the latest value.
+	if f := strings.Fields(lines[4]); f[len(f)-2] != "15s" {
+		t.Errorf("hpa row %q: first scale-up 15s after the step", lines[4])
+	}
+	if f := strings.Fields(lines[6]); f[len(f)-2] != "-" || f[len(f)-1] != "-" {
+		t.Errorf("oracle row %q: it makes no decisions", lines[6])
+	}
+	hpaDir := "hpa_metrics-resolution=15s_tick-interval=15s_window=15s"
+	for _, d := range []string{"exponential", hpaDir, "kpa_metric=concurrency", "oracle"} {
+		if _, err := os.Stat(filepath.Join(dir, d, "timeline.csv")); err != nil {
+			t.Error(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, hpaDir, "summary.txt"))
+	if err != nil || !strings.Contains(string(b), "policy       hpa metrics-resolution=15s tick-interval=15s window=15s\n") ||
+		!strings.Contains(string(b), "reaction     to the rise at 2m0s: first scale-up after 15s, 10 pods ready after") {
+		t.Errorf("summary.txt %v:\n%s", err, b)
 	}
 }

@@ -78,8 +78,9 @@ type Sample struct {
 	ActivatorPending int
 	// CPU, Memory and Gauge are what the pods measured of the app, summed
 	// over the ready pods as the load is: N/k times the sum over the k
-	// pods that reported each (Has* say some did). A gauge counts only
-	// from pods reading the Target's GaugeKey.
+	// pods scraped, a scraped pod that measured nothing counting 0 (Has*
+	// say some pod measured it). A gauge counts only from pods reading the
+	// Target's GaugeKey.
 	CPU, Memory, Gauge          float64
 	HasCPU, HasMemory, HasGauge bool
 	// GaugeProblem is the most common reason the pods that read the
@@ -449,8 +450,16 @@ func (c *Collector) proxied(st podRange, scale float64, act ActivatorLoad, podCo
 }
 
 // appFigures sums what the scraped pods measured of their app into s,
-// each figure scaled up to the ready pods from those that reported it, and
-// finds the most common problem of the pods that could not read the gauge.
+// scaled up to the ready pods from those scraped, and finds the most
+// common problem of the pods that could not read the gauge.
+//
+// A scraped pod that measured nothing counts 0, as the HPA counts a pod
+// without metrics when it scales up: a new pod is ready a moment before
+// its queue-proxy has measured its app, and scaling the others' figures
+// up to it would read one busy pod's CPU as every new pod's, asking for
+// more pods at each one that starts. A fleet in the middle of an upgrade
+// (pods from before stats version 3) is under-read the same way until it
+// is through.
 func (c *Collector) appFigures(s *Sample, jobs []job, gaugeKey uint64) {
 	var cpu, mem, g float64
 	var nCPU, nMem, nGauge int
@@ -478,15 +487,15 @@ func (c *Collector) appFigures(s *Sample, jobs []job, gaugeKey uint64) {
 			problems[a.GaugeProblem]++
 		}
 	}
-	up := func(sum float64, n int) float64 { return sum * float64(s.ReadyPods) / float64(n) }
+	up := func(sum float64) float64 { return sum * float64(s.ReadyPods) / float64(s.Scraped) }
 	if nCPU > 0 {
-		s.CPU, s.HasCPU = up(cpu, nCPU), true
+		s.CPU, s.HasCPU = up(cpu), true
 	}
 	if nMem > 0 {
-		s.Memory, s.HasMemory = up(mem, nMem), true
+		s.Memory, s.HasMemory = up(mem), true
 	}
 	if nGauge > 0 {
-		s.Gauge, s.HasGauge = up(g, nGauge), true
+		s.Gauge, s.HasGauge = up(g), true
 	}
 	for p, n := range problems {
 		s.GaugeProblemPods += n

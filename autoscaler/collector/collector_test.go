@@ -135,9 +135,10 @@ func TestCombine(t *testing.T) {
 }
 
 // TestAppFigures: what the pods measured of their app is summed and
-// scaled up to the ready pods from those that reported each figure, as
-// the load is; a gauge counts only under the service's key, and the pods
-// that could not read it say why, the most common reason first.
+// scaled up to the ready pods from those scraped, as the load is, a pod
+// that measured nothing counting 0; a gauge counts only under the
+// service's key, and the pods that could not read it say why, the most
+// common reason first.
 func TestAppFigures(t *testing.T) {
 	// Every pod scraped, so that the figures are exact.
 	r := newRig(t, func(c *Config) { c.Sampling = &Sampling{} })
@@ -165,10 +166,10 @@ func TestAppFigures(t *testing.T) {
 
 	got := r.round(t)
 	app := got["ns/app"]
-	// 7 ready pods: CPU from 3 of them (3 cores), memory from 2 (400
-	// bytes), the gauge from 2 (6).
-	if !app.HasCPU || !near(app.CPU, 3*7/3.0) || !app.HasMemory || !near(app.Memory, 400*7/2.0) || !app.HasGauge || !near(app.Gauge, 6*7/2.0) {
-		t.Errorf("ns/app: CPU %v (%v), memory %v (%v), gauge %v (%v); want 7, 1400, 21",
+	// 7 ready pods, all scraped: CPU from 3 of them (3 cores), memory from
+	// 2 (400 bytes), the gauge from 2 (6); the others count 0.
+	if !app.HasCPU || !near(app.CPU, 3) || !app.HasMemory || !near(app.Memory, 400) || !app.HasGauge || !near(app.Gauge, 6) {
+		t.Errorf("ns/app: CPU %v (%v), memory %v (%v), gauge %v (%v); want 3, 400, 6",
 			app.CPU, app.HasCPU, app.Memory, app.HasMemory, app.Gauge, app.HasGauge)
 	}
 	if app.GaugeProblem != stats.GaugeMissing || app.GaugeProblemPods != 3 {
@@ -621,5 +622,22 @@ func TestSampledRound(t *testing.T) {
 	// (28/40)^10 < 3%, and the seed is fixed, so this is deterministic.
 	if len(seen) < N-4 {
 		t.Fatalf("only %d of %d pods sampled in 10 rounds: the draw is not fresh each round", len(seen), N)
+	}
+}
+
+// TestAppFiguresFromASample: with only some pods scraped, the app figures
+// are scaled up to every ready pod, as the load is.
+func TestAppFiguresFromASample(t *testing.T) {
+	r := newRig(t, nil) // the default sampling scrapes a part of 20 pods
+	var addrs []string
+	for range 20 {
+		x := rep(1, 0, 10, 0)
+		x.App = stats.AppUsage{CPU: 0.5, HasCPU: true}
+		addrs = append(addrs, newFakePod(t, x).addr())
+	}
+	r.pods.Set("ns/big", addrs...)
+	got := r.round(t)["ns/big"]
+	if got.Scraped >= 20 || !got.HasCPU || !near(got.CPU, 10) {
+		t.Errorf("scraped %d of 20 pods at 0.5 cores each: CPU %v, want 10 from a sample", got.Scraped, got.CPU)
 	}
 }

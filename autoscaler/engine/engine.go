@@ -170,6 +170,6 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 	}
 	by := s.extra.combine(s.dec, &s.spec, &o)
 	d := s.dec.Decide(o)
-	d.Reason = s.extra.reason(by, d.Reason)
+	d.Reason = s.extra.reason(&s.spec, by, d.Reason)
 	return d
 }

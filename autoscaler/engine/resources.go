@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"strings"
+
 	"github.com/swell-run/swell/autoscaler/decider"
 	"github.com/swell-run/swell/autoscaler/window"
 	"github.com/swell-run/swell/pkg/autoscaling"
@@ -57,6 +59,8 @@ func perPod(spec *autoscaling.Spec, m autoscaling.Metric) float64 {
 // whose target changed holds another unit's values and starts afresh, as
 // does the gauge's when it names another series.
 func (e *extraMetrics) setSpec(spec, old *autoscaling.Spec) {
+	e.base = "" // a reason names the targets
+
 	for _, m := range []struct {
 		metric autoscaling.Metric
 		w      **window.Window
@@ -145,13 +149,19 @@ func (e *extraMetrics) combine(d *decider.Decider, spec *autoscaling.Spec, o *de
 }
 
 // reason names the deciding metric in front of the decider's reason when
-// it is not the request metric. It allocates only when the text changes.
-func (e *extraMetrics) reason(by autoscaling.Metric, base string) string {
+// it is not the request metric, and its target in place of the request
+// target the policy named ("cpu: stable at cpu-target 70%"). It allocates
+// only when the text changes.
+func (e *extraMetrics) reason(spec *autoscaling.Spec, by autoscaling.Metric, base string) string {
 	if by == "" || by.IsRequestMetric() {
 		return base
 	}
 	if by != e.by || base != e.base {
-		e.by, e.base, e.text = by, base, string(by)+": "+base
+		text := base
+		if i := strings.LastIndex(text, " at target "); i >= 0 {
+			text = text[:i] + " at " + spec.TargetText(by)
+		}
+		e.by, e.base, e.text = by, base, string(by)+": "+text
 	}
 	return e.text
 }

@@ -132,3 +132,31 @@ func TestPercentTargetNeedsARequest(t *testing.T) {
 		t.Errorf("an unlisted metric needs no request: %v", err)
 	}
 }
+
+// TestReasonNamesTheMetricsTarget: when a metric beyond requests decides,
+// the reason names it and its own target, not the request target.
+func TestReasonNamesTheMetricsTarget(t *testing.T) {
+	for _, tt := range []struct {
+		keys   []string
+		sample Sample
+		want   string
+	}{
+		{[]string{"metric", "concurrency,cpu", "cpu-target", "500m"}, Sample{CPU: 2, HasCPU: true}, "cpu: stable at cpu-target 500m"},
+		{[]string{"metric", "gauge", "gauge", "waiting", "gauge-target", "5"}, Sample{Gauge: 30, HasGauge: true}, "gauge: stable at gauge-target 5"},
+		{[]string{"metric", "concurrency,cpu", "cpu-target", "500m"}, Sample{Concurrency: 280, CPU: 0.25, HasCPU: true}, "stable at target 70"},
+	} {
+		e := New(spec(t, tt.keys...), sec(0), 0)
+		for s := range 10 {
+			sm := tt.sample
+			sm.Time = sec(s)
+			e.Record(sm)
+		}
+		ready := 4
+		if tt.sample.HasGauge {
+			ready = 6
+		}
+		if d := e.Decide(Inputs{Now: mid(9), Ready: ready}); d.Reason != tt.want {
+			t.Errorf("%v: reason %q, want %q", tt.keys, d.Reason, tt.want)
+		}
+	}
+}

@@ -123,3 +123,25 @@ func TestSectionMarkdown(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+func TestParseSchedstat(t *testing.T) {
+	got, err := parseSchedstat("8575761 2007924 3\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 8575761 * time.Nanosecond; got != want {
+		t.Errorf("run time %s, want %s", got, want)
+	}
+	for _, bad := range []string{"", "\n", "x 1 2"} {
+		if _, err := parseSchedstat(bad); err == nil {
+			t.Errorf("parseSchedstat(%q) succeeded", bad)
+		}
+	}
+	self, err := threadsCPU(os.Getpid())
+	if err != nil {
+		t.Skip(err) // a kernel without schedstat
+	}
+	if self <= 0 {
+		t.Errorf("this process's threads ran %s, want more than 0", self)
+	}
+}

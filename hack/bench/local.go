@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,13 @@ type localRun struct {
 // startLocal runs `swell local --demo` with flags on free ports and waits
 // for its status to answer.
 func startLocal(e *env, swell, name string, flags ...string) (*localRun, error) {
+	return startLocalCmd(e, swell, name, append([]string{"--demo"}, flags...), nil)
+}
+
+// startLocalCmd runs `swell local` with flags on free ports, serving the
+// command cmd (after "--") when it is not empty, and waits for its status
+// to answer.
+func startLocalCmd(e *env, swell, name string, flags, cmd []string) (*localRun, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -100,7 +108,10 @@ func startLocal(e *env, swell, name string, flags ...string) (*localRun, error) 
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"local", "--demo", "--port", strconv.Itoa(port), "--admin-port", strconv.Itoa(adminPort)}, flags...)
+	args := append([]string{"local", "--port", strconv.Itoa(port), "--admin-port", strconv.Itoa(adminPort)}, flags...)
+	if len(cmd) > 0 {
+		args = append(append(args, "--"), cmd...)
+	}
 	p, _, err := startArgs(name, swell, e.work, args)
 	if err != nil {
 		return nil, err
@@ -130,7 +141,7 @@ func (l *localRun) stop() error {
 	return nil
 }
 
-// status returns the demo service's status from the admin port.
+// status returns the one service's status from the admin port.
 func (l *localRun) status(client *http.Client) (local.ServiceStatus, error) {
 	resp, err := client.Get(l.admin + local.StatusPath)
 	if err != nil {
@@ -145,7 +156,7 @@ func (l *localRun) status(client *http.Client) (local.ServiceStatus, error) {
 		return local.ServiceStatus{}, fmt.Errorf("status: %w", err)
 	}
 	if len(st.Services) != 1 {
-		return local.ServiceStatus{}, fmt.Errorf("status: %d services, want the demo's one", len(st.Services))
+		return local.ServiceStatus{}, fmt.Errorf("status: %d services, want one", len(st.Services))
 	}
 	return st.Services[0], nil
 }
@@ -350,11 +361,12 @@ func coldReport(cold, app []time.Duration) section {
 	}
 }
 
-// percentile is the nearest-rank p-quantile of xs (0 < p ≤ 1); 0 when xs
-// is empty. xs is not modified.
-func percentile(xs []time.Duration, p float64) time.Duration {
+// percentile is the nearest-rank p-quantile of xs (0 < p ≤ 1); the zero
+// value when xs is empty. xs is not modified.
+func percentile[T cmp.Ordered](xs []T, p float64) T {
 	if len(xs) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)

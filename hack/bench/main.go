@@ -5,8 +5,8 @@
 // with it, so that a busy machine slows both alike. docs/performance.md
 // explains the figures and holds the latest results.
 //
-//	go run ./hack/bench                          # every scenario, ~8 minutes
-//	go run ./hack/bench -quick                   # a ~1½ minute smoke run
+//	go run ./hack/bench                          # every scenario, ~28 minutes
+//	go run ./hack/bench -quick                   # a smoke run of a few minutes
 //	go run ./hack/bench -scenario queue-proxy -o report.md -profile /tmp/prof
 //	go run ./hack/bench -gobench                 # add the Go micro-benchmarks
 package main
@@ -51,6 +51,7 @@ var scenarios = []scenario{
 	{"queue-proxy", "the app directly vs through the queue-proxy: throughput, latency, CPU, memory", queueProxyScenario},
 	{"activator", "the app directly vs activator → queue-proxy → app: added latency, throughput, activator CPU and memory", activatorScenario},
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
+	{"reaction", "swell local: from a step in the app's CPU or its gauge to the scale decision and the replicas ready, beside the HPA's and KEDA's documented cadence", reactionScenario},
 	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
 }
 
@@ -118,7 +119,7 @@ func run(args []string) int {
 		duration = fs.Duration("duration", 0, "length of one measured load run (default 10s, 3s with -quick)")
 		reps     = fs.Int("reps", 0, "times each measurement runs on each path; the report shows medians (default 3, 1 with -quick)")
 	)
-	fs.BoolVar(&o.quick, "quick", false, "a short smoke run (~1½ min) instead of the full one (~8 min)")
+	fs.BoolVar(&o.quick, "quick", false, "a short smoke run instead of the full one (~28 min)")
 	fs.IntVar(&o.containerConcurrency, "container-concurrency", 0, "CONTAINER_CONCURRENCY of the queue-proxy under test (0: unlimited)")
 	fs.StringVar(&o.profileDir, "profile", "", "capture CPU profiles of the queue-proxy into this `directory`")
 	fs.StringVar(&localTrace, "trace", "", "trace `file` the local scenario replays (default ../shared/traces/azure-llm-2023-conv.csv from the module root)")

@@ -45,6 +45,13 @@ type pod struct {
 }
 
 func startPod(e *env, bins map[string]string) (*pod, error) {
+	return startPodWith(e, bins, "", nil)
+}
+
+// startPodWith starts a pod whose processes' logs are named with prefix
+// (when several pods run at once) and whose queue-proxy gets qpEnv
+// (KEY=VALUE) besides the harness's settings.
+func startPodWith(e *env, bins map[string]string, prefix string, qpEnv []string) (*pod, error) {
 	var ports [4]int
 	for i := range ports {
 		p, err := freePort()
@@ -58,7 +65,7 @@ func startPod(e *env, bins map[string]string) (*pod, error) {
 
 	p := &pod{appURL: base(appPort), serveURL: base(servePort), metricsURL: base(metricsPort)}
 	var err error
-	p.app, err = start("hello", bins[helloPkg], e.work, "PORT="+strconv.Itoa(appPort), "HOST=127.0.0.1")
+	p.app, err = start(prefix+"hello", bins[helloPkg], e.work, "PORT="+strconv.Itoa(appPort), "HOST=127.0.0.1")
 	if err != nil {
 		return nil, err
 	}
@@ -66,18 +73,19 @@ func startPod(e *env, bins map[string]string) (*pod, error) {
 		p.stop()
 		return nil, err
 	}
-	p.qp, err = start("queue-proxy", bins[qpPkg], e.work,
-		"QUEUE_SERVING_PORT="+strconv.Itoa(servePort),
-		"QUEUE_ADMIN_PORT="+strconv.Itoa(adminPort),
-		"QUEUE_METRICS_PORT="+strconv.Itoa(metricsPort),
-		"USER_PORT="+strconv.Itoa(appPort),
-		"CONTAINER_CONCURRENCY="+strconv.Itoa(e.opts.containerConcurrency),
+	env := append([]string{
+		"QUEUE_SERVING_PORT=" + strconv.Itoa(servePort),
+		"QUEUE_ADMIN_PORT=" + strconv.Itoa(adminPort),
+		"QUEUE_METRICS_PORT=" + strconv.Itoa(metricsPort),
+		"USER_PORT=" + strconv.Itoa(appPort),
+		"CONTAINER_CONCURRENCY=" + strconv.Itoa(e.opts.containerConcurrency),
 		"LOG_LEVEL=warn", "LOG_FORMAT=json",
 		// Nothing is in flight when the harness stops it: exit at once.
 		"DRAIN_QUIET_PERIOD=0s",
 		// The pprof handlers cost nothing until a profile is asked for.
 		"ENABLE_PROFILING=true",
-	)
+	}, qpEnv...)
+	p.qp, err = start(prefix+"queue-proxy", bins[qpPkg], e.work, env...)
 	if err != nil {
 		p.stop()
 		return nil, err
@@ -219,6 +227,22 @@ func queueProxyScenario(e *env) ([]section, error) {
 	if err != nil {
 		return nil, err
 	}
+	sections, err := overheadSections(e, bins)
+	if err != nil {
+		return nil, err
+	}
+	// Its own pods, once the first pod has gone: both start fresh, so
+	// their peaks compare.
+	meter, err := appMetricsSection(e, bins)
+	if err != nil {
+		return sections, fmt.Errorf("queue-proxy measuring its app: %w", err)
+	}
+	return append(sections, meter), nil
+}
+
+// overheadSections measures the app directly vs through a queue-proxy,
+// and profiles the queue-proxy when asked.
+func overheadSections(e *env, bins map[string]string) ([]section, error) {
 	swell := bins[swellPkg]
 	p, err := startPod(e, bins)
 	if err != nil {

@@ -96,6 +96,21 @@ func (s *Spec) VotesWith(m Metric) bool {
 	return slices.Contains(s.Metrics, m)
 }
 
+// TargetText names m's target as its key writes it, for a reason:
+// "cpu-target 70%", "memory-target 512Mi", "gauge-target 5"; "" for a
+// request metric.
+func (s *Spec) TargetText(m Metric) string {
+	switch m {
+	case MetricCPU:
+		return KeyCPUTarget + " " + formatResource(s.CPUTarget, MetricCPU)
+	case MetricMemory:
+		return KeyMemoryTarget + " " + formatResource(s.MemoryTarget, MetricMemory)
+	case MetricGauge:
+		return KeyGaugeTarget + " " + formatNumber(s.Gauge.Target)
+	}
+	return ""
+}
+
 // CPUPerPod is the CPU one pod should use, in cores; 0 when the target is
 // a percentage and the app container has no CPU request.
 func (s *Spec) CPUPerPod() float64 { return s.CPUTarget.PerPod(s.CPURequest) }

@@ -58,6 +58,10 @@ type appMeter struct {
 	clock    clock.PassiveClock
 	log      *zap.Logger
 	metrics  *metrics
+	// appReady, when set, says the app has answered its probe: the gauge
+	// is not read before, as an app that is still starting has no
+	// endpoint yet, which is no problem to tell.
+	appReady func() bool
 
 	latest atomic.Pointer[stats.AppUsage]
 
@@ -142,7 +146,7 @@ func (a *appMeter) measure(ctx context.Context) {
 			a.metrics.appMemory.Set(float64(got.Memory))
 		}
 	}
-	if a.gauge != nil {
+	if a.gauge != nil && (a.appReady == nil || a.appReady()) {
 		v, err := a.gauge.Scrape(ctx)
 		if ctx.Err() != nil {
 			return // stopping: no measurement, and nothing to say

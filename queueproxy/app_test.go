@@ -98,6 +98,24 @@ func TestMeterReportsWhatItMeasured(t *testing.T) {
 	}
 }
 
+// TestMeterWaitsForTheApp: before the app has answered its probe, its
+// gauge is not read, and its absence is no problem to tell.
+func TestMeterWaitsForTheApp(t *testing.T) {
+	g := &fakeGauge{err: errors.New("connection refused")}
+	a, logs := newTestMeter(nil, g)
+	ready := false
+	a.appReady = func() bool { return ready }
+	a.measure(context.Background())
+	if got := a.current(); got != (stats.AppUsage{}) || logs.Len() != 0 {
+		t.Errorf("app starting: %+v, %d log lines; want nothing measured or told", got, logs.Len())
+	}
+	ready = true
+	a.measure(context.Background())
+	if got := a.current(); got.GaugeProblem != stats.GaugeUnreachable || logs.Len() != 1 {
+		t.Errorf("app ready: %+v, %d log lines; want the problem told", got, logs.Len())
+	}
+}
+
 // TestMeterBadGauge: every way an app's gauge can be bad gives its own
 // problem, logged once however long it lasts, and never a value.
 func TestMeterBadGauge(t *testing.T) {

@@ -111,6 +111,7 @@ func New(cfg Config) (*QueueProxy, error) {
 		return nil, err
 	}
 	if meter != nil {
+		meter.appReady = q.prober.Ready
 		q.meter = meter
 		q.metrics.registerApp(meter.usage != nil, meter.gauge != nil)
 		q.reporter.meter = meter

@@ -780,16 +780,7 @@ func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
 	stopLoad()
 	<-loaded
 
-	e.eventuallyWithin(name+" scaled to zero", scaleTimeout, func(ctx context.Context) error {
-		n, err := e.replicas(ctx, name)
-		if err != nil {
-			return err
-		}
-		if n != 0 {
-			return fmt.Errorf("scale %d", n)
-		}
-		return nil
-	})
+	e.backToZero(name)
 	e.eventually("Swell's EndpointSlice for "+name+" lists the activators", func(ctx context.Context) error {
 		s, err := e.routeSlice(ctx, name)
 		if err != nil {

@@ -53,6 +53,7 @@ var scenarios = []scenario{
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
 	{"reaction", "swell local: from a step in the app's CPU or its gauge to the scale decision and the replicas ready, beside the HPA's and KEDA's documented cadence", reactionScenario},
 	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
+	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet: CPU, memory, collection rounds, decision latency, scale writes", scaleScenario},
 }
 
 // options are the command line's settings shared by all scenarios.

@@ -1,0 +1,270 @@
+//go:build linux
+
+// Command fleet is a fake fleet of pods for measuring the autoscaler at
+// scale: one process that serves the queue-proxy's stats endpoint
+// (GET /stats, binary stats.Report version 3, 2 or 1 or JSON by Accept,
+// as queueproxy/stats.go serves it) for tens of thousands of pods, each
+// at its own loopback address (127.1.0.1:9090, 127.1.0.2:9090, …), and
+// opens the report streams of a few activators to the autoscaler with the
+// activators' own reporter (activator/reporter).
+//
+// Each service's load follows a pattern drawn from -seed: busy (steady),
+// bursting (periodic bursts through the activators), idle (warm pods, no
+// load) or zero (no pods; the activators report it). The fleet writes
+// every service's kind and pod addresses to -out (JSON lines, package
+// hack/scale/pods) once its socket listens, and serves a control API on
+// -control: GET /ready, POST /step?service=ns/name[&factor=F] to change a
+// service's load (the answer says when the change is first served), GET
+// /stats for its counters. It stops on SIGTERM or SIGINT.
+//
+//	fleet -services 10000 -out pods.jsonl -control 127.0.0.1:7070 \
+//	      -autoscaler ws://127.0.0.1:8080/activator -token-file token
+//
+// One socket listens for every pod (the port on any address of the
+// loopback device; a connection's local address names its pod), so the
+// fleet needs a file descriptor per connection and no more. Serving costs
+// one read and one write system call per scrape on a few epoll loops, so
+// that the machine's CPU goes to the autoscaler under test; a report is
+// computed when it is asked for, from the clock.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/swell-run/swell/activator/reporter"
+	"github.com/swell-run/swell/hack/scale/fdlimit"
+	"github.com/swell-run/swell/hack/scale/pods"
+	"github.com/swell-run/swell/pkg/logging"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+type options struct {
+	services, perSvc int
+	seed             uint64
+	mix              Mix
+	targetPerPod     float64
+	first            netip.Addr
+	port             uint
+	loops            int
+	out, control     string
+	autoscaler       string
+	token, tokenFile string
+	activators       int
+	logLevel         string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	o, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
+		return 2
+	}
+	log, err := logging.New(logging.FormatJSON, o.logLevel)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fleet: %v\n", err)
+		return 2
+	}
+	defer log.Sync()
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	if err := serve(ctx, o, log); err != nil {
+		log.Error("fleet stopped", zap.Error(err))
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
+	var o options
+	var mix, first string
+	fs.IntVar(&o.services, "services", 1000, "services in the fleet")
+	fs.IntVar(&o.perSvc, "pods-per-service", 5, "pods of each service")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the services' kinds and loads")
+	fs.StringVar(&mix, "mix", DefaultMix.String(), "share of services of each kind: busy, bursting, idle, zero")
+	fs.Float64Var(&o.targetPerPod, "target", 70, "the services' target concurrency per pod, which the loads are set against (Knative's default: 100 at 70%)")
+	fs.StringVar(&first, "first", "127.1.0.1", "address of the first pod; the others follow it in 127.0.0.0/8")
+	fs.UintVar(&o.port, "port", network.DefaultQueueMetricsPort, "every pod's stats port")
+	fs.IntVar(&o.loops, "loops", 1, "epoll loops (goroutines, at most a CPU each) serving the pods")
+	fs.StringVar(&o.out, "out", "-", "`file` the pods' addresses are written to, JSON lines; - for stdout")
+	fs.StringVar(&o.control, "control", "127.0.0.1:7070", "`address` of the control API")
+	fs.StringVar(&o.autoscaler, "autoscaler", "", "`URL` of the autoscaler's activator endpoint, e.g. ws://127.0.0.1:8080"+network.ActivatorReportPath+"; none: no activator reports")
+	fs.StringVar(&o.token, "token", "", "bearer token the activators present")
+	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, instead of -token")
+	fs.IntVar(&o.activators, "activators", 3, "fake activators reporting to the autoscaler")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	if o.services < 1 {
+		errs = append(errs, fmt.Errorf("-services %d: accepted is at least 1", o.services))
+	}
+	if o.perSvc < 1 {
+		errs = append(errs, fmt.Errorf("-pods-per-service %d: accepted is at least 1", o.perSvc))
+	}
+	if o.loops < 1 {
+		errs = append(errs, fmt.Errorf("-loops %d: accepted is at least 1", o.loops))
+	}
+	if o.port < 1 || o.port > 65535 {
+		errs = append(errs, fmt.Errorf("-port %d: accepted is 1 to 65535", o.port))
+	}
+	if !(o.targetPerPod > 0) {
+		errs = append(errs, fmt.Errorf("-target %g: accepted is a number above 0", o.targetPerPod))
+	}
+	var err error
+	if o.mix, err = ParseMix(mix); err != nil {
+		errs = append(errs, fmt.Errorf("-mix: %w", err))
+	}
+	if o.first, err = netip.ParseAddr(first); err != nil || !o.first.Is4() || !o.first.IsLoopback() {
+		errs = append(errs, fmt.Errorf("-first %q: accepted is an IPv4 loopback address, 127.0.0.0/8", first))
+	}
+	if o.autoscaler != "" {
+		if o.activators < 1 || o.activators > 8 {
+			errs = append(errs, fmt.Errorf("-activators %d: accepted is 1 to 8 (a pod splits its proxied load among at most 8)", o.activators))
+		}
+		if (o.token == "") == (o.tokenFile == "") {
+			errs = append(errs, errors.New("-autoscaler needs one of -token and -token-file"))
+		}
+	} else {
+		o.activators = 0
+	}
+	return o, errors.Join(errs...)
+}
+
+func serve(ctx context.Context, o options, log *zap.Logger) error {
+	npods := o.services * o.perSvc
+	// A connection from the scraper to each pod, and some room. Short of
+	// it, the fleet runs: the scraper, which needs as many, is what runs
+	// out first, and that is what a measurement shows.
+	before, after, err := fdlimit.Raise(uint64(npods + 1024))
+	if err != nil {
+		log.Warn("the open-file limit is too low for a connection to every pod", zap.Error(err))
+	}
+	log.Info("open-file limit", zap.Uint64("soft", before.Cur), zap.Uint64("hard", before.Max),
+		zap.Uint64("raisedSoft", after.Cur), zap.Uint64("raisedHard", after.Max))
+
+	epoch := time.Now().Truncate(time.Second)
+	f, err := newFleet(Patterns(o.services, o.mix, o.targetPerPod, o.seed), o.perSvc, o.first, uint16(o.port), o.activators, o.seed, epoch)
+	if err != nil {
+		return err
+	}
+	lfd, err := listen(uint16(o.port))
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(lfd)
+	loops := make([]*loop, o.loops)
+	for i := range loops {
+		if loops[i], err = newLoop(f, lfd, log.Named(fmt.Sprintf("loop-%d", i))); err != nil {
+			for _, l := range loops[:i] {
+				l.close()
+			}
+			return err
+		}
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errc := make(chan error, len(loops)+1)
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	log.Info("pods listening", zap.Int("services", o.services), zap.Int("pods", npods),
+		zap.String("first", f.addrs[0].String()), zap.String("last", f.addrs[len(f.addrs)-1].String()),
+		zap.Stringer("mix", o.mix))
+	for _, l := range loops {
+		wg.Go(func() {
+			if err := l.run(&stop); err != nil {
+				errc <- err
+			}
+		})
+	}
+
+	var pokers []poker
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	for i := range o.activators {
+		rep, err := reporter.New(reporter.Config{
+			URL: o.autoscaler, Token: o.token, TokenFile: o.tokenFile, Name: f.actNames[i],
+			Source: activatorSource{f: f, period: reporter.DefaultPeriod},
+			// The autoscaler may start after the fleet.
+			MaxBackoff: time.Second,
+			Logger:     log.Named(f.actNames[i]),
+		})
+		if err != nil {
+			return err
+		}
+		pokers = append(pokers, rep)
+		wg.Go(func() { rep.Run(rctx) })
+	}
+	wg.Go(func() { f.pokeBursts(rctx, pokers) })
+
+	ctl := newController(f, loops, pokers)
+	ln, err := net.Listen("tcp", o.control)
+	if err != nil {
+		return fmt.Errorf("control API: %w", err)
+	}
+	srv := &http.Server{Handler: ctl.handler(), ReadHeaderTimeout: 5 * time.Second}
+	wg.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("control API: %w", err)
+		}
+	})
+	defer srv.Close()
+
+	if err := writeOut(o.out, f.services()); err != nil {
+		return err
+	}
+	ctl.ready.Store(true)
+	log.Info("fleet ready", zap.String("control", ln.Addr().String()), zap.String("out", o.out),
+		zap.Int("activators", o.activators), zap.String("autoscaler", o.autoscaler))
+
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: stopping")
+	case err := <-errc:
+		return err
+	}
+	// The activators close their streams with 1000, the loops their
+	// sockets.
+	rcancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	srv.Shutdown(sctx)
+	return nil
+}
+
+func writeOut(path string, svcs []pods.Service) error {
+	if path == "-" || path == "" {
+		return pods.Write(os.Stdout, svcs)
+	}
+	if err := pods.WriteFile(path, svcs); err != nil {
+		return fmt.Errorf("-out %s: %w", path, err)
+	}
+	return nil
+}

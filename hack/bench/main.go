@@ -5,7 +5,7 @@
 // with it, so that a busy machine slows both alike. docs/performance.md
 // explains the figures and holds the latest results.
 //
-//	go run ./hack/bench                          # every scenario, ~28 minutes
+//	go run ./hack/bench                          # every scenario, ~35 minutes
 //	go run ./hack/bench -quick                   # a smoke run of a few minutes
 //	go run ./hack/bench -scenario queue-proxy -o report.md -profile /tmp/prof
 //	go run ./hack/bench -gobench                 # add the Go micro-benchmarks

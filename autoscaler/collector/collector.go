@@ -165,6 +165,11 @@ type Collector struct {
 	// reused so that a steady state allocates only inside net/http.
 	roundMu sync.Mutex
 	last    time.Time // the latest round's second
+	// start is where the next round begins in its jobs: past the last
+	// job the previous round started, so that when rounds run out of time
+	// the scrapes they miss go round the services instead of falling on
+	// the same ones every second.
+	start   int
 	rng     *rand.Rand
 	targets []Target
 	pods    []string // every target's pods, copied: the sample is drawn in place
@@ -325,23 +330,33 @@ func (c *Collector) runJobs(parent context.Context) {
 	ctx, cancel := context.WithTimeout(parent, c.roundTO)
 	defer cancel()
 	var next atomic.Int64
+	n, first := len(c.jobs), c.start%len(c.jobs)
+	// over is the first job, in this round's order, that found the round
+	// over; the next round starts there.
+	var over atomic.Int64
+	over.Store(int64(n))
 	var wg sync.WaitGroup
-	for range min(c.workers, len(c.jobs)) {
+	for range min(c.workers, n) {
 		wg.Go(func() {
 			var buf [stats.MaxBinarySize + 1]byte
 			// One report per worker: decoding into it again reuses its
 			// shares' array.
 			var r stats.Report
 			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(c.jobs) {
+				k := next.Add(1) - 1
+				if k >= int64(n) {
 					return
 				}
-				c.scrapeJob(ctx, &c.jobs[i], &buf, &r)
+				if ctx.Err() != nil {
+					for o := over.Load(); k < o && !over.CompareAndSwap(o, k); o = over.Load() {
+					}
+				}
+				c.scrapeJob(ctx, &c.jobs[(first+int(k))%n], &buf, &r)
 			}
 		})
 	}
 	wg.Wait()
+	c.start = (first + int(over.Load())) % n
 }
 
 func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.MaxBinarySize + 1]byte, r *stats.Report) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -639,5 +640,41 @@ func TestAppFiguresFromASample(t *testing.T) {
 	got := r.round(t)["ns/big"]
 	if got.Scraped >= 20 || !got.HasCPU || !near(got.CPU, 10) {
 		t.Errorf("scraped %d of 20 pods at 0.5 cores each: CPU %v, want 10 from a sample", got.Scraped, got.CPU)
+	}
+}
+
+// TestRoundsGoRoundWhenOutOfTime: when rounds run out of time, each starts
+// where the last one stopped, so that the scrapes they miss do not fall on
+// the same services every second.
+func TestRoundsGoRoundWhenOutOfTime(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		c.Workers, c.Timeout, c.RoundTimeout, c.Sampling = 1, time.Second, 100*time.Millisecond, &Sampling{}
+	})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	var pods []*fakePod
+	for i := range 3 {
+		p := newFakePod(t, stats.Report{})
+		// Each scrape takes the whole round: one a round.
+		p.misbehave(func(w http.ResponseWriter, req *http.Request) {
+			select {
+			case <-release:
+			case <-req.Context().Done():
+			}
+		})
+		pods = append(pods, p)
+		r.pods.Set("ns/svc"+strconv.Itoa(i), p.addr())
+	}
+	for round := range 3 {
+		r.round(t)
+		for i, p := range pods {
+			want := int64(0)
+			if i <= round {
+				want = 1
+			}
+			if got := p.hits.Load(); got != want {
+				t.Errorf("after round %d: pod %d scraped %d times, want %d", round+1, i, got, want)
+			}
+		}
 	}
 }

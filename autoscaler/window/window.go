@@ -7,13 +7,15 @@
 // total over the pods, each activator's report. Averages are taken over the
 // last N seconds ending at now:
 //
-//   - Only the seconds the service has data for count: from its first
-//     recorded second to its last recorded second. A second inside that span
-//     with no record is a 0 (the sources had nothing to report). A second
-//     after the last record is not known yet — the current second's scrape
-//     may still be on its way — and is left out rather than read as 0, as
-//     Knative does; once the last record is a whole window old the window
-//     has no data and averages to 0. While only the current second is
+//   - Only the seconds with a record count; a record of 0 is a known zero.
+//     The collector records every service every second, zeros included, so
+//     a second without a record is one whose load could not be read (its
+//     pods' scrapes failed, or the round ran out of time): it is left out,
+//     not read as 0, which would scale a service down for a failure to
+//     measure it. A second after the last record is not known yet — the
+//     current second's scrape may still be on its way — and is left out
+//     too, as Knative does; once the last record is a whole window old the
+//     window has no data and averages to 0. While only the current second is
 //     missing, the window ends at the second before it, so an N-second
 //     window still reads N seconds (a 1-second panic window reads the last
 //     complete second rather than nothing).
@@ -52,6 +54,10 @@ const (
 // Window is a ring of 1-second buckets of one metric of one service.
 type Window struct {
 	buckets []int64
+	// known marks the buckets of seconds that were recorded; nknown counts
+	// them over the seconds (last-len, last].
+	known  []bool
+	nknown int
 	// first and last are the Unix seconds of the oldest and newest second of
 	// the current history; valid when recorded.
 	first, last int64
@@ -64,7 +70,8 @@ type Window struct {
 // New returns an empty Window holding size worth of 1-second buckets
 // (rounded up to a whole second, at least one).
 func New(size time.Duration) *Window {
-	return &Window{buckets: make([]int64, Buckets(size))}
+	n := Buckets(size)
+	return &Window{buckets: make([]int64, n), known: make([]bool, n)}
 }
 
 // Buckets is the number of 1-second buckets a window of length d covers: d
@@ -87,20 +94,24 @@ func (w *Window) Resize(size time.Duration) {
 	if n == len(w.buckets) {
 		return
 	}
-	nb := make([]int64, n)
+	nb, nk := make([]int64, n), make([]bool, n)
 	var sum int64
+	var known int
 	if w.recorded {
 		from := max(w.last-int64(n)+1, w.last-int64(len(w.buckets))+1, w.first)
 		for s := from; s <= w.last; s++ {
-			v := w.buckets[index(s, len(w.buckets))]
-			nb[index(s, n)] = v
-			sum += v
+			i := index(s, len(w.buckets))
+			nb[index(s, n)], nk[index(s, n)] = w.buckets[i], w.known[i]
+			sum += w.buckets[i]
+			if w.known[i] {
+				known++
+			}
 		}
 		// Seconds a shrink dropped are gone, not zeros: the history now
 		// starts at the oldest second kept.
 		w.first = from
 	}
-	w.buckets, w.sum = nb, sum
+	w.buckets, w.sum, w.known, w.nknown = nb, sum, nk, known
 }
 
 // index maps a Unix second to its ring slot; seconds before 1970 (fake
@@ -134,13 +145,18 @@ func (w *Window) Record(t time.Time, v float64) {
 		// A first record, or one after a whole ring of silence: a new
 		// history starts here.
 		clear(w.buckets)
-		w.sum = 0
+		clear(w.known)
+		w.sum, w.nknown = 0, 0
 		w.first, w.last, w.recorded = s, s, true
 	case s > w.last:
 		for x := w.last + 1; x <= s; x++ {
 			i := index(x, len(w.buckets))
 			w.sum -= w.buckets[i]
 			w.buckets[i] = 0
+			if w.known[i] {
+				w.known[i] = false
+				w.nknown--
+			}
 		}
 		w.last = s
 	case s <= w.last-n:
@@ -150,8 +166,13 @@ func (w *Window) Record(t time.Time, v float64) {
 		// data of this history (it is zero), so the history can grow back.
 		w.first = s
 	}
-	w.buckets[index(s, len(w.buckets))] += fv
+	i := index(s, len(w.buckets))
+	w.buckets[i] += fv
 	w.sum += fv
+	if !w.known[i] {
+		w.known[i] = true
+		w.nknown++
+	}
 	if fv > 0 && t.After(w.lastNonZero) {
 		w.lastNonZero = t
 	}
@@ -178,9 +199,9 @@ func (w *Window) span(now time.Time, n int) (start, end int64, ok bool) {
 }
 
 // Average is the linear average over the window of d (rounded up to whole
-// seconds, at most Size) ending at now: the sum of the known seconds'
+// seconds, at most Size) ending at now: the sum of the recorded seconds'
 // buckets divided by their number (see the package comment for which
-// seconds are known). 0 when the window holds no data. A query for a time
+// seconds count). 0 when the window holds no data. A query for a time
 // before the last record averages the window ending at that time, over the
 // seconds the ring still holds.
 //
@@ -191,20 +212,38 @@ func (w *Window) Average(now time.Time, d time.Duration) float64 {
 	if !ok {
 		return 0
 	}
-	var sum int64
-	ringStart := w.last - int64(len(w.buckets)) + 1
+	sum, known := w.total(start, end)
+	if known == 0 {
+		return 0
+	}
+	return float64(sum) / unit / float64(known)
+}
+
+// total is the sum of the buckets of [start, end], seconds the ring holds,
+// and how many of them are known.
+func (w *Window) total(start, end int64) (sum int64, known int) {
+	n := len(w.buckets)
+	ringStart := w.last - int64(n) + 1
 	if end == w.last && start-ringStart < end-start+1 {
-		// Cheaper to take the seconds before start off the running sum.
-		sum = w.sum
+		// Cheaper to take the seconds before start off the running sums.
+		sum, known = w.sum, w.nknown
 		for s := ringStart; s < start; s++ {
-			sum -= w.buckets[index(s, len(w.buckets))]
+			i := index(s, n)
+			sum -= w.buckets[i]
+			if w.known[i] {
+				known--
+			}
 		}
-	} else {
-		for s := start; s <= end; s++ {
-			sum += w.buckets[index(s, len(w.buckets))]
+		return sum, known
+	}
+	for s := start; s <= end; s++ {
+		i := index(s, n)
+		sum += w.buckets[i]
+		if w.known[i] {
+			known++
 		}
 	}
-	return float64(sum) / unit / float64(end-start+1)
+	return sum, known
 }
 
 // Smoothing is the α of an exponentially weighted window of d: 2/(N+1) for
@@ -229,9 +268,14 @@ func (w *Window) WeightedAverage(now time.Time, d time.Duration) float64 {
 	var num, den float64
 	weight := 1.0
 	for s := end; s >= start; s-- {
-		num += float64(w.buckets[index(s, len(w.buckets))]) * weight
-		den += weight
+		if i := index(s, len(w.buckets)); w.known[i] {
+			num += float64(w.buckets[i]) * weight
+			den += weight
+		}
 		weight *= keep
+	}
+	if den == 0 {
+		return 0
 	}
 	return num / unit / den
 }
@@ -239,8 +283,15 @@ func (w *Window) WeightedAverage(now time.Time, d time.Duration) float64 {
 // HasData says whether the window of d ending at now holds any recorded
 // second, i.e. whether Average(now, d) reads data rather than nothing.
 func (w *Window) HasData(now time.Time, d time.Duration) bool {
-	_, _, ok := w.span(now, Buckets(d))
-	return ok
+	start, end, ok := w.span(now, Buckets(d))
+	if !ok {
+		return false
+	}
+	if end == w.last {
+		return true // the last second is always a recorded one
+	}
+	_, known := w.total(start, end)
+	return known > 0
 }
 
 // LastNonZero is the time of the latest record with a value above 0 — the

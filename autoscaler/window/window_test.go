@@ -55,15 +55,33 @@ func TestFirstSecondsReadTheirOwnHistory(t *testing.T) {
 	}
 }
 
-func TestGapsInsideTheHistoryCountAsZero(t *testing.T) {
+// TestGapsInsideTheHistoryAreUnknown: a second without a record is one
+// whose load could not be read, not a zero: it is left out, while a
+// recorded 0 counts.
+func TestGapsInsideTheHistoryAreUnknown(t *testing.T) {
 	w := New(time.Minute)
 	w.Record(at(0), 10)
 	w.Record(at(3), 10) // seconds 1 and 2 had no record
-	if got, want := w.Average(at(3), time.Minute), 20.0/4; got != want {
-		t.Fatalf("Average = %v, want %v", got, want)
+	if got := w.Average(at(3), time.Minute); got != 10 {
+		t.Fatalf("Average = %v, want 10 (seconds 0 and 3)", got)
 	}
-	if got, want := w.Average(at(3), 2*time.Second), 10.0/2; got != want {
-		t.Fatalf("2s Average = %v, want %v", got, want)
+	if got := w.Average(at(3), 2*time.Second); got != 10 {
+		t.Fatalf("2s Average = %v, want 10 (second 3)", got)
+	}
+	if got := w.WeightedAverage(at(3), time.Minute); got != 10 {
+		t.Fatalf("WeightedAverage = %v, want 10", got)
+	}
+	w.Record(at(4), 0) // a known zero
+	if got := w.Average(at(4), time.Minute); got != 20.0/3 {
+		t.Fatalf("with a recorded 0: %v, want 20/3", got)
+	}
+	// A window that holds only unknown seconds before the last record has
+	// no data.
+	w2 := New(time.Minute)
+	w2.Record(at(0), 5)
+	w2.Record(at(10), 5)
+	if w2.HasData(at(8), 3*time.Second) || w2.Average(at(8), 3*time.Second) != 0 {
+		t.Fatalf("seconds 6..8, none recorded: HasData %v, Average %v", w2.HasData(at(8), 3*time.Second), w2.Average(at(8), 3*time.Second))
 	}
 }
 
@@ -180,13 +198,14 @@ func TestGapOfAWholeRingStartsANewHistory(t *testing.T) {
 	if got := w.Average(at(89), time.Minute); got != 4 {
 		t.Fatalf("after a whole-ring gap: %v, want 4", got)
 	}
-	// A shorter gap keeps the history: seconds 30..88 of a 60s window are 0.
+	// A shorter gap keeps the history, its unknown seconds left out: the
+	// 60s window ending at 88 holds seconds 29 and 88.
 	w2 := New(time.Minute)
 	for s := 0; s < 30; s++ {
 		w2.Record(at(float64(s)), 5)
 	}
 	w2.Record(at(88), 4)
-	if got, want := w2.Average(at(88), time.Minute), (5+4)/60.0; !near(got, want) {
+	if got, want := w2.Average(at(88), time.Minute), (5+4)/2.0; !near(got, want) {
 		t.Fatalf("after a shorter gap: %v, want %v", got, want)
 	}
 }
@@ -304,10 +323,17 @@ func (m *model) average(now int64, n int64) float64 {
 		return 0
 	}
 	var sum float64
+	var known int
 	for s := start; s <= end; s++ {
-		sum += m.vals[s]
+		if v, ok := m.vals[s]; ok {
+			sum += v
+			known++
+		}
 	}
-	return sum / float64(end-start+1)
+	if known == 0 {
+		return 0
+	}
+	return sum / float64(known)
 }
 
 // TestCurrentSecondNotYetCollected: while the current second has no record

@@ -730,9 +730,9 @@ func scaleConditions(r scaleResult) []string {
 	var notes []string
 	secs := r.window.Seconds()
 	if r.missing > 0 {
-		notes = append(notes, fmt.Sprintf("**Rounds ran out of time**: %.0f services a second had no sample. A round starts its scrapes in "+
-			"the loop's order of services and fails those not started by its deadline (the `timeout` failures, made without a request), "+
-			"so it is the same services, the last in that order, that go without.", r.missing/secs))
+		notes = append(notes, fmt.Sprintf("**Rounds ran out of time**: %.0f services a second had no sample. A round fails the scrapes "+
+			"it has not started by its deadline (the `timeout` failures, made without a request); the next round starts with them, so the "+
+			"services that go without change from second to second, and their windows leave those seconds out.", r.missing/secs))
 	}
 	if r.scrapes["error"] > 0 && r.maxFD > 0 && r.openFDs >= 0.95*r.maxFD {
 		notes = append(notes, fmt.Sprintf("**The autoscaler ran out of file descriptors**: %.0f open of %.0f, one per pod it keeps a "+

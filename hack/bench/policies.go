@@ -17,10 +17,6 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/swell-run/swell/autoscaler/sim"
 	"github.com/swell-run/swell/pkg/loadgen"
 	"github.com/swell-run/swell/pkg/network"
@@ -242,93 +238,13 @@ wait:
 	}
 	r.replicaSeconds = counterOf(fams, "swell_local_replica_seconds_total")
 	if h, ok := histogramOf(fams, "swell_activator_cold_start_seconds"); ok {
-		r.cold = h.count
+		r.cold = h.count()
 	}
 	r.waits, _ = histogramOf(fams, "swell_activator_queue_wait_seconds")
 	for _, h := range queueWaits {
 		r.waits = r.waits.add(h)
 	}
 	return r
-}
-
-// scrapeMetrics reads a Prometheus text exposition.
-func scrapeMetrics(client *http.Client, url string) (map[string]*dto.MetricFamily, error) {
-	resp, err := client.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(resp.Body)
-}
-
-// counterOf sums a counter's series.
-func counterOf(fams map[string]*dto.MetricFamily, name string) float64 {
-	var v float64
-	if f := fams[name]; f != nil {
-		for _, m := range f.GetMetric() {
-			v += m.GetCounter().GetValue()
-		}
-	}
-	return v
-}
-
-// histogram is a Prometheus histogram's cumulative counts by upper bound.
-type histogram struct {
-	count uint64
-	le    map[float64]uint64
-}
-
-// histogramOf sums a histogram's series.
-func histogramOf(fams map[string]*dto.MetricFamily, name string) (histogram, bool) {
-	f := fams[name]
-	if f == nil {
-		return histogram{}, false
-	}
-	h := histogram{le: map[float64]uint64{}}
-	for _, m := range f.GetMetric() {
-		hm := m.GetHistogram()
-		h.count += hm.GetSampleCount()
-		for _, b := range hm.GetBucket() {
-			h.le[b.GetUpperBound()] += b.GetCumulativeCount()
-		}
-	}
-	return h, true
-}
-
-// add merges o into h at the bounds they share, which are all of the
-// queue-proxy's and the activator's from 1 ms up.
-func (h histogram) add(o histogram) histogram {
-	sum := histogram{count: h.count + o.count, le: map[float64]uint64{}}
-	for b, n := range h.le {
-		if m, ok := o.le[b]; ok {
-			sum.le[b] = n + m
-		}
-	}
-	return sum
-}
-
-// above is how many observations exceeded the bound floor.
-func (h histogram) above(floor float64) uint64 { return h.count - h.le[floor] }
-
-// quantile is the upper bound of the bucket holding the q-quantile of the
-// observations above floor; +Inf when it lies past the last bound.
-func (h histogram) quantile(q, floor float64) float64 {
-	n := h.above(floor)
-	if n == 0 {
-		return 0
-	}
-	want := uint64(math.Ceil(q * float64(n)))
-	best := math.Inf(1)
-	for b, c := range h.le {
-		if b > floor && c-h.le[floor] >= want && b < best {
-			best = b
-		}
-	}
-	return best
 }
 
 // bound formats a bucket bound as the most a wait took.
@@ -364,7 +280,7 @@ func policyReport(src string, span time.Duration, n int, runs []policyRun, predi
 		}
 		rows = append(rows, []string{r.class + " (real)", fmt.Sprintf("%.0f", r.replicaSeconds), ratio(r.replicaSeconds),
 			strconv.FormatUint(r.cold, 10), strconv.FormatUint(r.waits.above(waitFloor), 10),
-			bound(r.waits.quantile(0.5, waitFloor)), bound(r.waits.quantile(0.99, waitFloor)),
+			bound(r.waits.boundAbove(0.5, waitFloor)), bound(r.waits.boundAbove(0.99, waitFloor)),
 			strconv.Itoa(r.maxReady), answers})
 		p := predicted[r.class]
 		rows = append(rows, []string{r.class + " (sim)", fmt.Sprintf("%.0f", p.PodSeconds), ratio(p.PodSeconds),

@@ -64,11 +64,11 @@ func TestWaitHistograms(t *testing.T) {
 	for _, tt := range []struct{ q, want float64 }{
 		{0.3, 0.002}, {0.5, 1.024}, {0.8, 2.048}, {0.99, math.Inf(1)},
 	} {
-		if got := w.quantile(tt.q, waitFloor); got != tt.want {
+		if got := w.boundAbove(tt.q, waitFloor); got != tt.want {
 			t.Errorf("q%v: %v, want %v", tt.q, got, tt.want)
 		}
 	}
-	if got := (histogram{}).quantile(0.5, waitFloor); got != 0 {
+	if got := (histogram{}).boundAbove(0.5, waitFloor); got != 0 {
 		t.Errorf("no waits: q50 %v, want 0", got)
 	}
 	if bound(0) != "—" || bound(math.Inf(1)) != "> 65 s" || bound(1.024) != "≤ 1.024s" {

@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/swell-run/swell/pkg/network"
 )
 
@@ -153,15 +151,6 @@ func meterReadings(client *http.Client, p *pod) (meterCheck, error) {
 			"was not told %v; see %s", url, meterEnv, p.qp.log)
 	}
 	return meterCheck{cpu: cpu, gauge: g, gaugeFailures: counterOf(fams, "swell_queue_app_gauge_failures_total")}, nil
-}
-
-// gaugeOf is the value of a gauge's first series.
-func gaugeOf(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
-	f := fams[name]
-	if f == nil || len(f.GetMetric()) == 0 {
-		return 0, false
-	}
-	return f.GetMetric()[0].GetGauge().GetValue(), true
 }
 
 // perSecond is CPU time over a window in milliseconds per second (one is

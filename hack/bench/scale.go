@@ -373,28 +373,34 @@ func (r *scaleResult) measure(before, after scaleSnapshot, backend scaleTotals) 
 	r.cpu = (after.cpu - before.cpu).Seconds() / secs
 	r.fleetCPU = (after.fleetCPU - before.fleetCPU).Seconds() / secs
 	a, b := after.metrics, before.metrics
-	r.openFDs, _ = scaleGauge(a, "process_open_fds")
-	r.maxFD, _ = scaleGauge(a, "process_max_fds")
-	r.goroutines, _ = scaleGauge(a, "go_goroutines")
+	r.openFDs, _ = gaugeOf(a, "process_open_fds")
+	r.maxFD, _ = gaugeOf(a, "process_max_fds")
+	r.goroutines, _ = gaugeOf(a, "go_goroutines")
 	r.readyPods = after.backend.ReadyPods
 	r.fleetFDExhausted = after.fleet.FDExhausted
 
-	rounds := scaleHistOf(a, "swell_autoscaler_collection_round_duration_seconds").since(scaleHistOf(b, "swell_autoscaler_collection_round_duration_seconds"))
+	// window is what a histogram observed between the two readings.
+	window := func(name string) histogram {
+		ha, _ := histogramOf(a, name)
+		hb, _ := histogramOf(b, name)
+		return ha.since(hb)
+	}
+	rounds := window("swell_autoscaler_collection_round_duration_seconds")
 	r.rounds = float64(rounds.count())
 	if r.rounds > 0 {
 		r.roundMean = rounds.sum / r.rounds
 	}
 	r.roundP99 = rounds.quantile(0.99)
-	r.scrapeP99 = scaleHistOf(a, "swell_autoscaler_scrape_duration_seconds").since(scaleHistOf(b, "swell_autoscaler_scrape_duration_seconds")).quantile(0.99)
+	r.scrapeP99 = window("swell_autoscaler_scrape_duration_seconds").quantile(0.99)
 	delta := func(name string) float64 { return counterOf(a, name) - counterOf(b, name) }
 	r.roundsDropped = delta("swell_autoscaler_collection_rounds_dropped_total")
 	r.missing = delta("swell_autoscaler_samples_missing_total")
 	r.scrapes = map[string]float64{}
-	for res, v := range scaleByLabel(a, "swell_autoscaler_scrapes_total", "result") {
-		r.scrapes[res] = v - scaleByLabel(b, "swell_autoscaler_scrapes_total", "result")[res]
+	for res, v := range counterByLabel(a, "swell_autoscaler_scrapes_total", "result") {
+		r.scrapes[res] = v - counterByLabel(b, "swell_autoscaler_scrapes_total", "result")[res]
 	}
-	r.activators, _ = scaleGauge(a, "swell_autoscaler_activators_connected")
-	frames, frames0 := scaleByLabel(a, "swell_autoscaler_activator_frames_total", "type"), scaleByLabel(b, "swell_autoscaler_activator_frames_total", "type")
+	r.activators, _ = gaugeOf(a, "swell_autoscaler_activators_connected")
+	frames, frames0 := counterByLabel(a, "swell_autoscaler_activator_frames_total", "type"), counterByLabel(b, "swell_autoscaler_activator_frames_total", "type")
 	r.reports, r.pokes = frames["report"]-frames0["report"], frames["poke"]-frames0["poke"]
 
 	r.writes = map[string]uint64{}
@@ -406,115 +412,6 @@ func (r *scaleResult) measure(before, after scaleSnapshot, backend scaleTotals) 
 			r.maxScaleWrite = max(r.maxScaleWrite, s.Writes["scale"])
 		}
 	}
-}
-
-// scaleGauge is a gauge's value (its first series).
-func scaleGauge(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
-	f := fams[name]
-	if f == nil || len(f.GetMetric()) == 0 {
-		return 0, false
-	}
-	m := f.GetMetric()[0]
-	if m.GetGauge() != nil {
-		return m.GetGauge().GetValue(), true
-	}
-	return m.GetUntyped().GetValue(), true
-}
-
-// scaleByLabel sums a counter's series by the value of one label.
-func scaleByLabel(fams map[string]*dto.MetricFamily, name, label string) map[string]float64 {
-	out := map[string]float64{}
-	for _, m := range fams[name].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == label {
-				out[l.GetValue()] += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return out
-}
-
-// scaleHist is one reading of a Prometheus histogram: cumulative counts
-// at its bounds, in order, the last +Inf, and the sum of the
-// observations.
-type scaleHist struct {
-	bounds []float64
-	counts []uint64
-	sum    float64
-}
-
-// scaleHistOf reads a histogram, its series summed.
-func scaleHistOf(fams map[string]*dto.MetricFamily, name string) scaleHist {
-	var h scaleHist
-	at := map[float64]uint64{}
-	for _, m := range fams[name].GetMetric() {
-		hm := m.GetHistogram()
-		h.sum += hm.GetSampleSum()
-		for _, b := range hm.GetBucket() {
-			if !math.IsInf(b.GetUpperBound(), 1) {
-				at[b.GetUpperBound()] += b.GetCumulativeCount()
-			}
-		}
-		at[math.Inf(1)] += hm.GetSampleCount()
-	}
-	for b := range at {
-		h.bounds = append(h.bounds, b)
-	}
-	slices.Sort(h.bounds)
-	for _, b := range h.bounds {
-		h.counts = append(h.counts, at[b])
-	}
-	return h
-}
-
-// since is what h observed after before, an earlier reading of the same
-// histogram.
-func (h scaleHist) since(before scaleHist) scaleHist {
-	d := scaleHist{bounds: h.bounds, counts: make([]uint64, len(h.counts)), sum: h.sum - before.sum}
-	for i, b := range h.bounds {
-		var was uint64
-		if j, ok := slices.BinarySearch(before.bounds, b); ok {
-			was = before.counts[j]
-		}
-		d.counts[i] = h.counts[i] - min(was, h.counts[i])
-	}
-	return d
-}
-
-func (h scaleHist) count() uint64 {
-	if len(h.counts) == 0 {
-		return 0
-	}
-	return h.counts[len(h.counts)-1]
-}
-
-// quantile estimates the q-quantile as Prometheus's histogram_quantile
-// does: linearly within the bucket that holds it, from 0 for the first;
-// the highest finite bound when it lies past every one. 0 without
-// observations.
-func (h scaleHist) quantile(q float64) float64 {
-	n := h.count()
-	if n == 0 {
-		return 0
-	}
-	rank := q * float64(n)
-	for i, c := range h.counts {
-		if float64(c) < rank || i > 0 && c == h.counts[i-1] || c == 0 {
-			continue // not there yet, or an empty bucket
-		}
-		if math.IsInf(h.bounds[i], 1) {
-			if i == 0 {
-				return 0
-			}
-			return h.bounds[i-1]
-		}
-		lo, below := 0.0, uint64(0)
-		if i > 0 {
-			lo, below = h.bounds[i-1], h.counts[i-1]
-		}
-		return lo + (h.bounds[i]-lo)*(rank-float64(below))/float64(c-below)
-	}
-	return h.bounds[len(h.bounds)-1]
 }
 
 // scaleTargets picks the services to step: every scaleStepsZeroEvery-th

@@ -57,17 +57,18 @@ swell_autoscaler_scrapes_total{result="timeout"} 7
 `
 
 func TestScaleHistogram(t *testing.T) {
-	read := func(b1, b2, b3, inf int, sum float64, ok int) scaleHist {
+	read := func(b1, b2, b3, inf int, sum float64, ok int) histogram {
 		t.Helper()
 		p := expfmt.NewTextParser(model.UTF8Validation)
 		fams, err := p.TextToMetricFamilies(strings.NewReader(fmt.Sprintf(scaleExposition, b1, b2, b3, inf, sum, inf, ok)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if by := scaleByLabel(fams, "swell_autoscaler_scrapes_total", "result"); by["ok"] != float64(ok) || by["timeout"] != 7 {
+		if by := counterByLabel(fams, "swell_autoscaler_scrapes_total", "result"); by["ok"] != float64(ok) || by["timeout"] != 7 {
 			t.Errorf("scrapes by result %v", by)
 		}
-		return scaleHistOf(fams, "swell_autoscaler_collection_round_duration_seconds")
+		h, _ := histogramOf(fams, "swell_autoscaler_collection_round_duration_seconds")
+		return h
 	}
 	before := read(10, 10, 10, 10, 0.5, 100)
 	after := read(10, 60, 108, 110, 30.5, 200)
@@ -87,7 +88,7 @@ func TestScaleHistogram(t *testing.T) {
 			t.Errorf("q%v = %v, want %v", tt.q, got, tt.want)
 		}
 	}
-	if (scaleHist{}).quantile(0.99) != 0 || scaleHistOf(nil, "missing").count() != 0 {
+	if missing, ok := histogramOf(nil, "missing"); (histogram{}).quantile(0.99) != 0 || ok || missing.count() != 0 {
 		t.Error("an empty histogram has a quantile")
 	}
 }

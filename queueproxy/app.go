@@ -119,18 +119,9 @@ func (a *appMeter) current() stats.AppUsage {
 	return stats.AppUsage{}
 }
 
-// run measures on every tick of ticker until ctx ends, as reporter.run
-// reports.
+// run measures on every tick of ticker until ctx ends.
 func (a *appMeter) run(ctx context.Context, ticker clock.Ticker) {
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C():
-			a.measure(ctx)
-		}
-	}
+	onTicks(ctx, ticker, func() { a.measure(ctx) })
 }
 
 // measure takes one measurement and makes it the latest.

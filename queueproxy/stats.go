@@ -102,18 +102,24 @@ func (s *reporter) report(now time.Time) {
 	s.latest.Store(newSnapshot(rep))
 }
 
-// run reports on every tick of ticker until ctx ends. The ticker is made
-// by the caller so that it exists before run is scheduled (a fake clock's
-// Step only reaches tickers that exist), and its channel taken at each
-// wait, so that a test's clock sees run wait again once it has reported.
+// run reports on every tick of ticker until ctx ends.
 func (s *reporter) run(ctx context.Context, ticker clock.Ticker) {
+	onTicks(ctx, ticker, func() { s.report(s.clock.Now()) })
+}
+
+// onTicks calls f on every tick of ticker until ctx ends, then stops the
+// ticker. The ticker is made by the caller so that it exists before the
+// loop is scheduled (a fake clock's Step only reaches tickers that
+// exist), and its channel taken at each wait, so that a test's clock sees
+// the loop wait again once f has returned.
+func onTicks(ctx context.Context, ticker clock.Ticker, f func()) {
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C():
-			s.report(s.clock.Now())
+			f()
 		}
 	}
 }

@@ -39,7 +39,6 @@ import (
 	"github.com/swell-run/swell/local/config"
 	"github.com/swell-run/swell/local/dashboard"
 	"github.com/swell-run/swell/local/replica"
-	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
 	"github.com/swell-run/swell/queueproxy"
@@ -348,23 +347,6 @@ func timeoutOf(s config.Service) time.Duration {
 	return cmp.Or(s.RequestTimeout, network.DefaultRequestTimeout)
 }
 
-// appEnv is what a replica's queue-proxy needs to measure the app for
-// spec: its process tree (the app runs as swell's user, so the tree that
-// listens on the replica's port is found in /proc) and its gauge.
-func appEnv(spec *autoscaling.Spec) []string {
-	var env []string
-	if spec.VotesWith(autoscaling.MetricCPU) || spec.VotesWith(autoscaling.MetricMemory) {
-		env = append(env, "APP_USAGE="+queueproxy.AppUsageListener)
-	}
-	if spec.VotesWith(autoscaling.MetricGauge) {
-		env = append(env, "GAUGE="+spec.Gauge.Selector, "GAUGE_PATH="+spec.Gauge.Path)
-		if spec.Gauge.Port > 0 {
-			env = append(env, "GAUGE_PORT="+strconv.Itoa(spec.Gauge.Port))
-		}
-	}
-	return env
-}
-
 func randomToken() string {
 	var b [24]byte
 	rand.Read(b[:])
@@ -385,7 +367,9 @@ func (s *Server) startReplica(ls *localService, index int) (*replica.Replica, er
 	if c.QueueDepth > 0 {
 		qenv = append(qenv, "QUEUE_DEPTH="+strconv.Itoa(c.QueueDepth))
 	}
-	qenv = append(qenv, appEnv(&c.Spec)...)
+	// The app runs as swell's user: its queue-proxy finds it as the
+	// process tree listening on the replica's port.
+	qenv = append(qenv, queueproxy.MeterEnv(&c.Spec, queueproxy.AppUsageListener)...)
 	return replica.Start(replica.Spec{
 		Service:      c.Name,
 		Index:        index,

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/utils/clock"
 
+	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/gauge"
 	"github.com/swell-run/swell/pkg/series"
 	"github.com/swell-run/swell/pkg/stats"
@@ -30,6 +31,31 @@ const (
 	// USER_PORT: the app runs as the queue-proxy's user (swell local).
 	AppUsageListener = "listener"
 )
+
+// MeasuresApp says whether spec scales on the app's CPU or memory, which
+// the queue-proxy measures from the app's processes.
+func MeasuresApp(spec *autoscaling.Spec) bool {
+	return spec.VotesWith(autoscaling.MetricCPU) || spec.VotesWith(autoscaling.MetricMemory)
+}
+
+// MeterEnv is the environment, as NAME=value, that has a queue-proxy
+// measure what spec scales on beyond requests: the app's processes, found
+// as usage says (AppUsagePod or AppUsageListener), for cpu and memory; the
+// gauge, where the spec reads it. Injection and swell local both write it.
+func MeterEnv(spec *autoscaling.Spec, usage string) []string {
+	var env []string
+	if MeasuresApp(spec) {
+		env = append(env, "APP_USAGE="+usage)
+	}
+	if spec.VotesWith(autoscaling.MetricGauge) {
+		env = append(env, "GAUGE="+spec.Gauge.Selector)
+		if spec.Gauge.Port > 0 {
+			env = append(env, "GAUGE_PORT="+strconv.Itoa(spec.Gauge.Port))
+		}
+		env = append(env, "GAUGE_PATH="+spec.Gauge.Path)
+	}
+	return env
+}
 
 // usageSource is what the meter reads the app's CPU and memory from
 // (*usage.Sampler).

@@ -2,17 +2,13 @@ package inject
 
 import (
 	"errors"
-	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/queueproxy"
 )
-
-// The queue-proxy's APP_USAGE for the cpu and memory metrics: it sums the
-// app's processes read from /proc, every process of the pod but the pause
-// process and its own, which it sees only in a shared process namespace.
-const appUsagePod = "pod"
 
 // Requests returns c's CPU request in cores and memory request in bytes,
 // 0 for none: what a percentage cpu-target or memory-target is taken of.
@@ -31,11 +27,6 @@ func Requests(c *corev1.Container) (cpu, memory float64) {
 	return amount(corev1.ResourceCPU), amount(corev1.ResourceMemory)
 }
 
-// measuresApp says whether spec's metrics need the app's CPU or memory.
-func measuresApp(spec *autoscaling.Spec) bool {
-	return spec.VotesWith(autoscaling.MetricCPU) || spec.VotesWith(autoscaling.MetricMemory)
-}
-
 // appMetrics prepares tpl for the metrics beyond requests that spec
 // lists, and returns the queue-proxy's environment for them: the cpu and
 // memory metrics need the app's requests when their target is a
@@ -48,8 +39,7 @@ func appMetrics(annotations map[string]string, spec autoscaling.Spec, tpl *corev
 		errs = append(errs, err)
 	}
 
-	var env []corev1.EnvVar
-	if measuresApp(&spec) {
+	if queueproxy.MeasuresApp(&spec) {
 		switch share := tpl.Spec.ShareProcessNamespace; {
 		case share == nil:
 			// Recorded, so that injecting again after the metric list
@@ -64,14 +54,13 @@ func appMetrics(annotations map[string]string, spec autoscaling.Spec, tpl *corev
 					", which the queue-proxy reads from the app's processes and sees only in a shared process namespace",
 				Accepted: "true or unset (injection sets it); or a metric list without cpu and memory"})
 		}
-		env = append(env, corev1.EnvVar{Name: "APP_USAGE", Value: appUsagePod})
 	}
-	if spec.VotesWith(autoscaling.MetricGauge) {
-		env = append(env, corev1.EnvVar{Name: "GAUGE", Value: spec.Gauge.Selector})
-		if spec.Gauge.Port > 0 {
-			env = append(env, corev1.EnvVar{Name: "GAUGE_PORT", Value: strconv.Itoa(spec.Gauge.Port)})
-		}
-		env = append(env, corev1.EnvVar{Name: "GAUGE_PATH", Value: spec.Gauge.Path})
+	// The pod shares one process namespace: the queue-proxy measures every
+	// process of it but the pause process and its own.
+	var env []corev1.EnvVar
+	for _, kv := range queueproxy.MeterEnv(&spec, queueproxy.AppUsagePod) {
+		name, value, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: name, Value: value})
 	}
 	return env, errors.Join(errs...)
 }

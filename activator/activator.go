@@ -47,6 +47,12 @@ const (
 	DefaultProbeSlowInterval = time.Second
 	DefaultProbeTimeout      = time.Second
 	DefaultDialTimeout       = 2 * time.Second
+	// DefaultMaxProbes: a probe is one short exchange with a pod, about a
+	// millisecond on a cluster network, so 256 at once get through tens of
+	// thousands of pods a second — an activator starting beside 50,000
+	// pods spends its core on probing rather than on sockets and retries
+	// that time out — while a probe a waiting request needs never queues.
+	DefaultMaxProbes = 256
 )
 
 // Config configures an Activator. Only Source is required.
@@ -82,6 +88,10 @@ type Config struct {
 	ProbeInterval, ProbeFastWindow, ProbeSlowInterval time.Duration
 	// ProbeTimeout bounds one probe; DialTimeout one connection to a pod.
 	ProbeTimeout, DialTimeout time.Duration
+	// MaxProbes bounds the probes in flight at once for services that hold
+	// no request; the others wait their turn. A probe for a service that
+	// holds a request (a cold start) never waits. DefaultMaxProbes if 0.
+	MaxProbes int
 	// Poke, if set, is called with the service's key, in its text form
 	// (service.Key.String(), made once per service), whenever a request
 	// arrives for a service with no routable pod. It runs on the request
@@ -124,8 +134,11 @@ type Activator struct {
 	metrics     *metrics
 	proxy       *httputil.ReverseProxy
 	probeClient *http.Client
-	handler     http.Handler // the chain (chain.go)
-	limits      *waitLimits
+	// probeSlots holds a value for each probe in flight that waited its
+	// turn (Config.MaxProbes).
+	probeSlots chan struct{}
+	handler    http.Handler // the chain (chain.go)
+	limits     *waitLimits
 
 	table atomic.Pointer[routeTable]
 	// tableChanged is closed and replaced on each table publish.
@@ -168,6 +181,12 @@ func New(cfg Config) (*Activator, error) {
 	}
 	if cfg.MaxHeld == 0 {
 		cfg.MaxHeld = DefaultMaxHeld
+	}
+	if cfg.MaxProbes == 0 {
+		cfg.MaxProbes = DefaultMaxProbes
+	}
+	if cfg.MaxProbes < 0 {
+		return nil, fmt.Errorf("activator: most probes at once %d is negative: want at least 1, or 0 for %d", cfg.MaxProbes, DefaultMaxProbes)
 	}
 	if cfg.MaxHeld < 0 {
 		return nil, fmt.Errorf("activator: most held requests %d is negative: want at least 1, or 0 for %d", cfg.MaxHeld, DefaultMaxHeld)
@@ -213,6 +232,7 @@ func New(cfg Config) (*Activator, error) {
 		metrics:     m,
 		proxy:       newProxy(cfg.Logger, cfg.DialTimeout, cfg.Name),
 		probeClient: newProbeClient(),
+		probeSlots:  make(chan struct{}, cfg.MaxProbes),
 		limits:      newWaitLimits(cfg.MaxHeld, cfg.CallerQueueDepth),
 		synced:      make(chan struct{}),
 	}
@@ -425,9 +445,19 @@ func (a *Activator) expireGone() {
 // its text form, the wire's, made once per service so that a report
 // allocates nothing.
 func (a *Activator) Report(now time.Time, emit func(key string, f stats.ActivatorFigures)) {
+	a.ReportPart(now, nil, emit)
+}
+
+// ReportPart is Report for the services keep accepts (every one when keep
+// is nil); the others' periods go on (activator/reporter's PartSource).
+// Each autoscaler replica that leads a bucket of services gets its own.
+func (a *Activator) ReportPart(now time.Time, keep func(key string) bool, emit func(key string, f stats.ActivatorFigures)) {
 	tab := a.table.Load()
 	for _, m := range []map[service.Key]*target{tab.byKey, tab.gone} {
 		for _, t := range m {
+			if keep != nil && !keep(t.name) {
+				continue
+			}
 			rep := t.tracker.Report(now)
 			in := t.tracker.InFlight()
 			if rep.Requests == 0 && rep.Concurrency == 0 && in <= 0 {

@@ -1,12 +1,16 @@
 package activator
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // discard is a ResponseWriter that keeps nothing, so the benchmark measures
@@ -81,4 +85,49 @@ func benchPod(b *testing.B) *fakePod {
 		}
 	}()
 	return pod
+}
+
+// BenchmarkServiceRemoval removes a service from an activator routing 100
+// or 10,000 others, as sync does when one leaves the Source (target.close,
+// under the activator's lock): it should cost the same at both sizes. The
+// services removed are added a few at a time with the timer stopped, so
+// that there are never many more than the size. The larger size reports
+// its time per removal as a multiple of the smaller's in the same run
+// (x-services=100).
+func BenchmarkServiceRemoval(b *testing.B) {
+	const batch = 10
+	key := func(i int) service.Key { return service.Key{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i)} }
+	var small float64
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			a, err := New(Config{Source: NewMemorySource(), Registerer: prometheus.NewRegistry()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			svcs := make([]Service, n)
+			for i := range svcs {
+				svcs[i] = Service{Key: key(i)}
+			}
+			a.sync(svcs)
+			var added []*target
+			b.ReportAllocs()
+			for b.Loop() {
+				if len(added) == 0 {
+					b.StopTimer()
+					for i := range batch {
+						added = append(added, a.newTarget(key(n+i)))
+					}
+					b.StartTimer()
+				}
+				added[len(added)-1].close()
+				added = added[:len(added)-1]
+			}
+			perRemoval := float64(b.Elapsed()) / float64(b.N)
+			if n == 100 {
+				small = perRemoval
+			} else if small > 0 {
+				b.ReportMetric(perRemoval/small, "x-services=100")
+			}
+		})
+	}
 }

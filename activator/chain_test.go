@@ -265,22 +265,26 @@ func TestLostConnectionRetriedOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sends [2]atomic.Int32
-			handler := func(i int, hangUp bool) http.HandlerFunc {
+			// A pod killed mid-request answers no probe either: the pod
+			// dropped is probed again at once, and one that passed would
+			// be routable again before the request is retried.
+			handler := func(i int, p *fakePod, hangUp bool) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
 					sends[i].Add(1)
 					if !hangUp {
 						io.WriteString(w, "b-live")
 						return
 					}
+					p.ready.Store(false)
 					if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
 						conn.Close()
 					}
 				}
 			}
 			dead := newFakePod(t, "a-dead", true) // first in order: picked first
-			dead.handler = handler(0, true)
+			dead.handler = handler(0, dead, true)
 			live := newFakePod(t, "b-live", true)
-			live.handler = handler(1, tc.liveDies)
+			live.handler = handler(1, live, tc.liveDies)
 			src := NewMemorySource(Service{Key: helloKey, ContainerConcurrency: 1, Pods: []Pod{dead.pod(), live.pod()}})
 			e := newEnv(t, src, nil, nil)
 			e.waitRoutable(t, helloKey, 2)

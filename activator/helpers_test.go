@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/swell-run/swell/pkg/breaker"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -43,13 +44,16 @@ type fakePod struct {
 	name string
 	srv  *httptest.Server
 
-	ready    atomic.Bool
-	probes   chan struct{} // one value per probe answered, if non-nil
-	arrived  chan *http.Request
-	gate     chan struct{} // traffic waits for it to close, if non-nil
-	handler  http.HandlerFunc
-	requests atomic.Int64
-	cur, max atomic.Int64
+	ready  atomic.Bool
+	probes chan struct{} // one value per probe answered, if non-nil
+	// probeHold, if non-nil, gets a value as each probe arrives, which
+	// then waits for the probe to end on the prober's side.
+	probeHold chan struct{}
+	arrived   chan *http.Request
+	gate      chan struct{} // traffic waits for it to close, if non-nil
+	handler   http.HandlerFunc
+	requests  atomic.Int64
+	cur, max  atomic.Int64
 }
 
 func newFakePod(t testing.TB, name string, ready bool) *fakePod {
@@ -66,6 +70,11 @@ func (p *fakePod) pod() Pod     { return Pod{Name: p.name, Addr: p.addr()} }
 
 func (p *fakePod) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(network.ProbeHeader) == network.ProbeQueue {
+		if p.probeHold != nil {
+			p.probeHold <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
 		w.Header().Set(network.ProbeHeader, network.ProbeQueue)
 		if !p.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -177,6 +186,14 @@ func newEnv(t testing.TB, src *MemorySource, mod func(*Config), before func(*Act
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { a.Run(ctx); close(done) }()
+	// The Source's services are routed before the test sends anything:
+	// probing starts as a service is applied, before the table naming it
+	// is published, so a probe seen does not mean the host is known.
+	select {
+	case <-a.Synced():
+	case <-time.After(testTimeout):
+		t.Fatalf("no first sync after %v", testTimeout)
+	}
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			select {
@@ -232,6 +249,18 @@ func (e *testEnv) waitQueued(t testing.TB, key service.Key, n int, what string) 
 	for got, _ := e.a.Queued(key); got != n; got, _ = e.a.Queued(key) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d requests queued, want %d (%s)", key, got, n, what)
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitWaiting is waitQueued for a breaker a test holds.
+func waitWaiting(t testing.TB, br *breaker.Breaker, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for got := br.Waiting(); got != n; got = br.Waiting() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued, want %d (%s)", got, n, what)
 		}
 		runtime.Gosched()
 	}

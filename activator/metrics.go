@@ -86,12 +86,17 @@ func (m *metrics) forService(key string) serviceMetrics {
 	return sm
 }
 
+// deleteService deletes the series forService made for key, by their
+// label values: a lookup each, where matching on the service label alone
+// (DeletePartialMatch) walks every service's series, under the
+// activator's lock.
 func (m *metrics) deleteService(key string) {
-	l := prometheus.Labels{"service": key}
-	m.requests.DeletePartialMatch(l)
-	m.queued.DeletePartialMatch(l)
-	m.inFlight.DeletePartialMatch(l)
-	m.refused.DeletePartialMatch(l)
+	for _, c := range statusClasses {
+		m.requests.DeleteLabelValues(key, c)
+	}
+	m.queued.DeleteLabelValues(key)
+	m.inFlight.DeleteLabelValues(key)
+	m.refused.DeleteLabelValues(key)
 }
 
 func (sm *serviceMetrics) count(code int) { sm.requests[statusClassIndex(code)].Inc() }

@@ -18,7 +18,13 @@ import (
 func (a *Activator) probeUntilReady(ctx context.Context, t *target, p *pod) {
 	start := a.clk.Now()
 	for {
-		if a.probe(ctx, p.addr) {
+		release, ok := a.probeTurn(ctx, t)
+		if !ok {
+			return
+		}
+		ready := a.probe(ctx, p.addr)
+		release()
+		if ready {
 			t.markRoutable(p)
 			return
 		}
@@ -35,6 +41,29 @@ func (a *Activator) probeUntilReady(ctx context.Context, t *target, p *pod) {
 		}
 	}
 }
+
+// probeTurn waits until a probe of one of t's pods may go, and returns
+// what ends its turn: at once while t holds a request, else once fewer
+// than MaxProbes probes that waited are in flight, or once t is asked for
+// meanwhile. ok is false when ctx ended first.
+func (a *Activator) probeTurn(ctx context.Context, t *target) (release func(), ok bool) {
+	wanted := t.wantedSignal()
+	if t.held() > 0 {
+		return noRelease, true
+	}
+	select {
+	case a.probeSlots <- struct{}{}:
+		return a.releaseProbeSlot, true
+	case <-wanted:
+		return noRelease, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+func (a *Activator) releaseProbeSlot() { <-a.probeSlots }
+
+func noRelease() {}
 
 // probe asks the queue-proxy at addr whether its pod is ready: a GET with
 // network.ProbeHeader: queue, answered 200 with the same header by a

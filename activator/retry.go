@@ -51,6 +51,7 @@ func (h *retry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // path is rare; the fast path takes no timer.
 func (h *retry) awaitPods(w http.ResponseWriter, r *http.Request, e *exchange) bool {
 	wait := h.bound.of(e)
+	e.t.want()
 	again := make(chan struct{})
 	t := h.clk.AfterFunc(pickRetry, func() { close(again) })
 	select {

@@ -42,6 +42,12 @@ type target struct {
 	// that found no pod can wait for one.
 	changed atomic.Pointer[chan struct{}]
 
+	// wanted is closed when a request starts to wait for the service's
+	// pods, so that its probes waiting their turn go at once; replaced by
+	// wantedSignal once the service holds nothing again.
+	wantedMu sync.Mutex
+	wanted   chan struct{}
+
 	mu     sync.Mutex
 	pods   map[string]*pod // every pod the source lists, by name
 	closed bool
@@ -71,6 +77,7 @@ func (a *Activator) newTarget(key service.Key) *target {
 		m:       a.metrics.forService(name),
 		pods:    map[string]*pod{},
 		waits:   callerWaits{n: map[netip.Addr]int{}},
+		wanted:  make(chan struct{}),
 	}
 	t.gone, t.cancelGone = context.WithCancel(context.Background())
 	t.callers.Store(&Callers{})
@@ -78,6 +85,32 @@ func (a *Activator) newTarget(key service.Key) *target {
 	ch := make(chan struct{})
 	t.changed.Store(&ch)
 	return t
+}
+
+// want tells t's probers waiting their turn that a request waits.
+func (t *target) want() {
+	t.wantedMu.Lock()
+	defer t.wantedMu.Unlock()
+	select {
+	case <-t.wanted:
+	default:
+		close(t.wanted)
+	}
+}
+
+// wantedSignal returns the channel want closes. One already closed is
+// replaced first: the caller checks held after it, so a request counted
+// before the replacement is seen there and one counted after closes the
+// new channel.
+func (t *target) wantedSignal() <-chan struct{} {
+	t.wantedMu.Lock()
+	defer t.wantedMu.Unlock()
+	select {
+	case <-t.wanted:
+		t.wanted = make(chan struct{})
+	default:
+	}
+	return t.wanted
 }
 
 // routableCount returns how many pods may take traffic now.
@@ -140,12 +173,18 @@ func (t *target) close() {
 }
 
 func (t *target) forgetLocked(p *pod) {
+	t.stopProbingLocked(p)
+	p.routable = false
+	delete(t.pods, p.name)
+}
+
+// stopProbingLocked ends p's prober, if one runs, and releases its
+// context, which is registered in Run's until it is cancelled.
+func (t *target) stopProbingLocked(p *pod) {
 	if p.stop != nil {
 		p.stop()
 		p.stop = nil
 	}
-	p.routable = false
-	delete(t.pods, p.name)
 }
 
 // probeLocked starts probing p until it answers as ready.
@@ -168,7 +207,11 @@ func (t *target) markRoutable(p *pod) {
 	if t.pods[p.name] != p || p.routable {
 		return // removed meanwhile
 	}
-	p.routable, p.stop = true, nil
+	// The probe passed and its prober returns: its context is done with.
+	// Released before the pod is published, so that whoever sees the pod
+	// routable sees it released.
+	t.stopProbingLocked(p)
+	p.routable = true
 	t.publishLocked()
 }
 

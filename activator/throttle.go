@@ -32,8 +32,11 @@ func (h *throttle) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.limits.refuse(w, why)
 			return
 		}
-		wait := h.bound.of(e)
+		// Counted before the bound is armed, so that whoever sees the
+		// timer armed sees the request counted too.
 		t.m.queued.Inc()
+		wait := h.bound.of(e)
+		t.want()
 		err := t.br.Acquire(wait)
 		t.m.queued.Dec()
 		h.limits.leave(t, caller)

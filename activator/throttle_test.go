@@ -58,6 +58,7 @@ func TestThrottleQueue(t *testing.T) {
 	if n := metric(t, s.reg, "swell_activator_queued_requests", map[string]string{"service": helloKey.String()}); n != 1 {
 		t.Errorf("queued gauge %v while one waits, want 1", n)
 	}
+	waitWaiting(t, s.t.br, 1, "the first request")
 
 	full, _ := s.serve(t, h)
 	if full.Code != http.StatusServiceUnavailable || full.Header().Get(network.ReasonHeader) != network.ReasonQueueFull {

@@ -18,6 +18,7 @@ package kube
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,6 +43,12 @@ const (
 	// LabelRoute is on a route EndpointSlice: RouteActivator or RoutePods,
 	// saying whose endpoints the slice holds.
 	LabelRoute = Prefix + "route"
+	// LabelBucket and LabelBuckets are on the EndpointSlice of the Service
+	// AutoscalerService that the leader of one bucket of services writes
+	// when the autoscaler is sharded (package shard): the bucket, and the
+	// number of buckets. With one bucket the slice carries neither.
+	LabelBucket  = Prefix + "bucket"
+	LabelBuckets = Prefix + "buckets"
 	// LabelManagedBy is the standard label on every object Swell creates.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	// ManagedBy is LabelManagedBy's value.
@@ -106,7 +113,8 @@ const (
 	ActivatorServiceAccount = "activator"
 	// DefaultsConfigMap holds the cluster-wide autoscaling defaults.
 	DefaultsConfigMap = "swell-defaults"
-	// LeaseName is the autoscalers' leader election lock.
+	// LeaseName is the autoscalers' leader election lock; sharded, bucket
+	// b of n has its own, BucketLeaseName(b, n).
 	LeaseName = "swell-autoscaler"
 
 	// PortNameHTTP names the serving port on a pods-Service (the
@@ -172,4 +180,25 @@ func OptedIn(d *appsv1.Deployment) bool {
 // a valid key (service.New) is for the reconciler to judge and report.
 func KeyOf(d *appsv1.Deployment) service.Key {
 	return service.Key{Namespace: d.Namespace, Name: d.Name}
+}
+
+// BucketLeaseName is the Lease of bucket b of n when the autoscaler is
+// sharded ("swell-autoscaler-3-of-10"); with one bucket it is LeaseName.
+// The number of buckets is in the name so that replicas configured with
+// different numbers never take the same Lease for different services.
+func BucketLeaseName(b, n int) string {
+	if n <= 1 {
+		return LeaseName
+	}
+	return fmt.Sprintf("%s-%d-of-%d", LeaseName, b, n)
+}
+
+// BucketSliceName is the name of the EndpointSlice of the Service
+// AutoscalerService that the leader of bucket b of n writes; with one
+// bucket it is the Service's name.
+func BucketSliceName(b, n int) string {
+	if n <= 1 {
+		return AutoscalerService
+	}
+	return fmt.Sprintf("%s-%d-of-%d", AutoscalerService, b, n)
 }

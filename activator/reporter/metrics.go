@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "swell_activator_reporter_connected",
-			Help: "1 while the activator's websocket to the autoscaler is open, else 0.",
+			Help: "The activator's websockets open to autoscaler replicas: 1 while connected with one bucket, up to one per replica leading a bucket with several.",
 		}),
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swell_activator_reporter_dials_total",

@@ -36,6 +36,16 @@ type Source interface {
 	Report(now time.Time, emit func(key string, f stats.ActivatorFigures))
 }
 
+// PartSource is a Source that can also report only the services keep
+// accepts, leaving the others' periods running: with several autoscaler
+// replicas, each reporter reads the services of the buckets its replica
+// leads, and a service's period runs from one read to the next whichever
+// reporter made them. keep is called with the key in its wire form.
+type PartSource interface {
+	Source
+	ReportPart(now time.Time, keep func(key string) bool, emit func(key string, f stats.ActivatorFigures))
+}
+
 // Defaults of Config.
 const (
 	DefaultPeriod       = time.Second
@@ -72,6 +82,11 @@ type Config struct {
 	Name string
 	// Source gives the per-service figures each period.
 	Source Source
+	// Keep, if set, limits the reports to the services it accepts (by key,
+	// in its wire form); Source must then be a PartSource. Pool sets it,
+	// and routes each poke to the reporter that keeps its service. nil
+	// reports every service.
+	Keep func(key string) bool
 	// Clock drives the period ticker and the backoff (default the real
 	// clock). Socket deadlines always use real time.
 	Clock clock.WithTicker
@@ -103,6 +118,7 @@ type Reporter struct {
 	token      string // static; "" when read from tokenFile
 	tokenFile  string
 	src        Source
+	keep       func(string) bool
 	clock      clock.WithTicker
 	period     time.Duration
 	writeTO    time.Duration
@@ -143,6 +159,9 @@ func New(cfg Config) (*Reporter, error) {
 	case cfg.Source == nil:
 		return nil, errors.New("activator reporter: Config.Source is required")
 	}
+	if _, ok := cfg.Source.(PartSource); cfg.Keep != nil && !ok {
+		return nil, errors.New("activator reporter: Config.Keep needs a Config.Source that is a PartSource")
+	}
 	if err := stats.ValidateActivatorName(cfg.Name); err != nil {
 		return nil, fmt.Errorf("activator reporter: name %q: %w", cfg.Name, err)
 	}
@@ -152,6 +171,7 @@ func New(cfg Config) (*Reporter, error) {
 		token:     cfg.Token,
 		tokenFile: cfg.TokenFile,
 		src:       cfg.Source,
+		keep:      cfg.Keep,
 		clock:     cfg.Clock,
 		period:    cmpOr(cfg.Period, DefaultPeriod),
 		writeTO:   cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
@@ -185,6 +205,18 @@ func New(cfg Config) (*Reporter, error) {
 	if r.metrics, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// newShared is New for a reporter of a Pool, which shares the pool's
+// metrics instead of registering its own.
+func newShared(cfg Config, m *metrics) (*Reporter, error) {
+	cfg.Registerer = nil
+	r, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
 	return r, nil
 }
 
@@ -400,9 +432,9 @@ func (r *Reporter) logFailure(err error) {
 func (r *Reporter) serve(ctx context.Context, ws *websocket.Conn) (healthy bool, err error) {
 	readErr := make(chan error, 1)
 	go r.read(ws, readErr)
-	r.metrics.connected.Set(1)
+	r.metrics.connected.Inc()
 	defer func() {
-		r.metrics.connected.Set(0)
+		r.metrics.connected.Dec()
 		ws.Close()
 		<-readErr // the reader ends once the socket is closed
 	}()
@@ -539,8 +571,12 @@ func (r *Reporter) buildReport(now time.Time) {
 	r.end = now
 	r.cuts = r.cuts[:0]
 	r.buf = stats.AppendActivatorReportHeader(r.buf[:0], now, now.Sub(r.lastEnd))
-	r.src.Report(now, r.emit)
-	for s := range r.reported { // had load last period, not mentioned now
+	if r.keep != nil {
+		r.src.(PartSource).ReportPart(now, r.keep, r.emit)
+	} else {
+		r.src.Report(now, r.emit)
+	}
+	for s := range r.reported { // had load last period, not mentioned now (or moved to another reporter)
 		r.add(s, stats.ActivatorFigures{})
 	}
 	clear(r.reported)

@@ -122,7 +122,9 @@ type Target struct {
 type Config struct {
 	// Activators, if set, adds the activators' figures to every sample.
 	Activators *Activators
-	// Client scrapes; nil means NewHTTPClient(Timeout).
+	// Client, if set, scrapes through net/http, as NewHTTPClient's does;
+	// nil means the collector's own HTTP/1.1 client, which costs a
+	// fraction of net/http's CPU a scrape (docs/collector.md).
 	Client *http.Client
 	// Timeout bounds each scrape (default DefaultScrapeTimeout).
 	Timeout time.Duration
@@ -152,7 +154,8 @@ type Config struct {
 // round its targets.
 type Collector struct {
 	activators *Activators
-	client     *http.Client
+	client     *http.Client // nil: the collector's own, over pool
+	pool       *connPool
 	timeout    time.Duration
 	roundTO    time.Duration
 	workers    int
@@ -181,6 +184,9 @@ type Collector struct {
 	perKey  []keyFigures       // one service's proxied figures by activator
 	podLoad []PodLoad
 	samples []Sample
+	// scrapers are the workers', kept from round to round with their
+	// buffers.
+	scrapers []scraper
 }
 
 // podRange is one target's pods in Collector.pods, of which the first n
@@ -235,7 +241,7 @@ func New(cfg Config) (*Collector, error) {
 		c.workers = 128
 	}
 	if c.client == nil {
-		c.client = NewHTTPClient(c.timeout)
+		c.pool = newConnPool(maxIdleConns(c.workers), podIdleTimeout)
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -329,16 +335,27 @@ func (c *Collector) scrapeAll(ctx context.Context) {
 func (c *Collector) runJobs(parent context.Context) {
 	ctx, cancel := context.WithTimeout(parent, c.roundTO)
 	defer cancel()
+	// The round is over at its deadline, even before ctx's timer has told
+	// ctx: a scrape ends on its socket's deadline, which may come first.
+	roundEnd, _ := ctx.Deadline()
 	var next atomic.Int64
 	n, first := len(c.jobs), c.start%len(c.jobs)
 	// over is the first job, in this round's order, that found the round
 	// over; the next round starts there.
 	var over atomic.Int64
 	over.Store(int64(n))
+	workers := c.scrapersFor(min(c.workers, n))
+	// A round cancelled before its deadline ends the scrapes in progress.
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(aborted)
+		for _, s := range workers {
+			s.abort(ctx.Err())
+		}
+	})
 	var wg sync.WaitGroup
-	for range min(c.workers, n) {
+	for _, s := range workers {
 		wg.Go(func() {
-			var buf [stats.MaxBinarySize + 1]byte
 			// One report per worker: decoding into it again reuses its
 			// shares' array.
 			var r stats.Report
@@ -347,28 +364,53 @@ func (c *Collector) runJobs(parent context.Context) {
 				if k >= int64(n) {
 					return
 				}
-				if ctx.Err() != nil {
+				now := time.Now()
+				roundOver := ctx.Err() != nil || !now.Before(roundEnd)
+				if roundOver {
 					for o := over.Load(); k < o && !over.CompareAndSwap(o, k); o = over.Load() {
 					}
 				}
-				c.scrapeJob(ctx, &c.jobs[(first+int(k))%n], &buf, &r)
+				deadline := now.Add(c.timeout)
+				if roundEnd.Before(deadline) {
+					deadline = roundEnd
+				}
+				c.scrapeJob(ctx, &c.jobs[(first+int(k))%n], s, &r, roundOver, deadline)
 			}
 		})
 	}
 	wg.Wait()
+	if !stop() {
+		// The next round's scrapers are these: none is aborted after it
+		// began.
+		<-aborted
+	}
 	c.start = (first + int(over.Load())) % n
 }
 
-func (c *Collector) scrapeJob(ctx context.Context, j *job, buf *[stats.MaxBinarySize + 1]byte, r *stats.Report) {
-	if ctx.Err() != nil {
+// scrapersFor returns the scrapers of a round with n workers, ready.
+func (c *Collector) scrapersFor(n int) []scraper {
+	for len(c.scrapers) < n {
+		if c.client != nil {
+			c.scrapers = append(c.scrapers, &httpScraper{client: c.client})
+		} else {
+			c.scrapers = append(c.scrapers, newConnScraper(c.pool, c.timeout))
+		}
+	}
+	for _, s := range c.scrapers[:n] {
+		s.reset()
+	}
+	return c.scrapers[:n]
+}
+
+// scrapeJob scrapes j's pod by deadline, unless the round is over.
+func (c *Collector) scrapeJob(ctx context.Context, j *job, s scraper, r *stats.Report, roundOver bool, deadline time.Time) {
+	if roundOver {
 		c.metrics.scrapes[resultTimeout].Inc()
 		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(errRoundOver))
 		return
 	}
 	start := c.clock.Now()
-	sctx, cancel := context.WithTimeout(ctx, c.timeout)
-	res, err := scrape(sctx, c.client, j.addr, buf, r)
-	cancel()
+	res, err := s.scrape(ctx, deadline, j.addr, r)
 	c.metrics.scrapeDuration.Observe(c.clock.Since(start).Seconds())
 	c.metrics.scrapes[res].Inc()
 	if err != nil {

@@ -258,13 +258,23 @@ func (d *Decider) Measure(w *window.Window, o *Observation) {
 }
 
 // averages reads w over the spec's stable and panic windows ending at now,
-// with the spec's averaging.
+// with the spec's averaging. A panic window without a recorded second
+// (scrapes that failed or were not made for its few seconds, while older
+// ones are known) reads as the stable average, the best estimate there
+// is: read as zero load, it would make a busy service look idle for as
+// long (its excess burst capacity jumps, routing it off the activator
+// until the next sample routes it back; panic mode would end).
 func (d *Decider) averages(w *window.Window, now time.Time) (stable, panic float64) {
 	sp := &d.spec
 	if sp.Averaging == autoscaling.AveragingExponential {
-		return w.WeightedAverage(now, sp.StableWindow), w.WeightedAverage(now, sp.PanicWindow)
+		stable, panic = w.WeightedAverage(now, sp.StableWindow), w.WeightedAverage(now, sp.PanicWindow)
+	} else {
+		stable, panic = w.Average(now, sp.StableWindow), w.Average(now, sp.PanicWindow)
 	}
-	return w.Average(now, sp.StableWindow), w.Average(now, sp.PanicWindow)
+	if !w.HasData(now, sp.PanicWindow) {
+		panic = stable
+	}
+	return stable, panic
 }
 
 // ReadsArrivals says whether a service of spec decides on arrivals as well

@@ -369,3 +369,32 @@ func TestMinScaleSchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasureEmptyPanicWindow: a panic window without a recorded second,
+// older seconds known, reads as the stable average, not as zero load: at
+// 10,000 services with samples missing, zero flipped busy services off the
+// activator and back every few seconds.
+func TestMeasureEmptyPanicWindow(t *testing.T) {
+	for _, avg := range []autoscaling.Averaging{autoscaling.AveragingLinear, autoscaling.AveragingExponential} {
+		s := testSpec(func(s *autoscaling.Spec) { s.Averaging = avg })
+		d := New(s, at(0), 0)
+		w := window.New(s.StableWindow)
+		for sec := range 50 {
+			w.Record(at(float64(sec)), 30)
+		}
+		// Nothing recorded for the last 10 s, longer than the 6 s panic
+		// window.
+		o := Observation{Now: at(59.5)}
+		d.Measure(w, &o)
+		if o.NoData || math.Abs(o.Stable-30) > 1e-9 || o.Panic != o.Stable {
+			t.Errorf("%s: stable %v, panic %v; want the panic window read as the stable average, 30", avg, o.Stable, o.Panic)
+		}
+		// A recorded second in the panic window is read as it is.
+		w.Record(at(59), 0)
+		o = Observation{Now: at(59.5)}
+		d.Measure(w, &o)
+		if o.Panic != 0 {
+			t.Errorf("%s: panic %v after a recorded idle second, want 0", avg, o.Panic)
+		}
+	}
+}

@@ -82,15 +82,16 @@ func (k *kubeMode) credentials() (token, file string, err error) {
 		"run it with its service account's token mounted (automountServiceAccountToken), or set AUTOSCALER_TOKEN_FILE")
 }
 
-// dialer is the reporter's websocket dialer: the autoscaler's Service
-// names are dialled at the endpoint the source knows, bypassing any HTTP
-// proxy, and over TLS trusted by the CAs the autoscaler publishes;
-// everything else as websocket.DefaultDialer would.
-func (k *kubeMode) dialer() *websocket.Dialer {
+// dialerFor is the websocket dialer of the reporter to the autoscaler
+// replica at addr, one that leads a bucket of services: the autoscaler's
+// Service names are dialled at addr, bypassing any HTTP proxy, and over
+// TLS trusted by the CAs the autoscaler publishes; everything else as
+// websocket.DefaultDialer would.
+func (k *kubeMode) dialerFor(addr string) *websocket.Dialer {
 	hosts := kube.HostNames(kube.AutoscalerService, k.cfg.SystemNamespace, k.cfg.ClusterDomain)
 	d := *websocket.DefaultDialer
 	d.NetDialContext = autoscalerDialer(hosts, k.cfg.SystemNamespace+"/"+kube.AutoscalerService,
-		k.src.AutoscalerAddr, (&net.Dialer{}).DialContext)
+		func() (string, bool) { return addr, addr != "" }, (&net.Dialer{}).DialContext)
 	proxy := d.Proxy
 	d.Proxy = func(r *http.Request) (*url.URL, error) {
 		if isHost(hosts, r.URL.Hostname()) || proxy == nil {

@@ -156,7 +156,11 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	}
 	k := &kubeMode{cfg: cfg, src: src, log: zap.NewNop()}
 	dial := func() error {
-		c, _, err := k.dialer().DialContext(ctx, cfg.AutoscalerURL, nil)
+		leader := src.AutoscalerLeaders()
+		if len(leader) != 1 {
+			t.Fatalf("leaders %q, want one bucket", leader)
+		}
+		c, _, err := k.dialerFor(leader[0]).DialContext(ctx, cfg.AutoscalerURL, nil)
 		if err == nil {
 			c.Close()
 		}

@@ -36,6 +36,12 @@ import (
 	"github.com/swell-run/swell/pkg/logging"
 )
 
+// poker is the reporter to the autoscaler: a Reporter or a Pool.
+type poker interface {
+	Poke(key string)
+	Run(ctx context.Context) error
+}
+
 func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }
@@ -92,8 +98,11 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// The reporter needs the activator (its Source) and the activator
-	// needs the reporter (its Poke); the closure breaks the cycle.
-	var rep atomic.Pointer[reporter.Reporter]
+	// needs the reporter (its Poke); the closure breaks the cycle. On
+	// Kubernetes the reporter is a pool, one per autoscaler replica that
+	// leads a bucket of services (one, the leader, unless the autoscaler
+	// is sharded); else a single reporter to AUTOSCALER_URL.
+	var rep atomic.Pointer[poker]
 	acfg := activator.Config{
 		Source:           src,
 		Name:             cfg.PodName,
@@ -104,7 +113,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		QueueTimeout:     cfg.RequestTimeout,
 		Poke: func(key string) {
 			if r := rep.Load(); r != nil {
-				r.Poke(key)
+				(*r).Poke(key)
 			}
 		},
 		Registerer: reg,
@@ -117,19 +126,23 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if err != nil {
 		return fail(err)
 	}
+	var pool *reporter.Pool
 	if cfg.AutoscalerURL != "" {
 		rc := reporter.Config{
 			URL: cfg.AutoscalerURL, Token: token, TokenFile: tokenFile, Name: cfg.PodName,
 			Source: act, Logger: log.Named("reporter"), Registerer: reg,
 		}
+		var p poker
 		if kmode != nil {
-			rc.Dialer = kmode.dialer()
+			pool, err = reporter.NewPool(reporter.PoolConfig{Config: rc, DialerFor: kmode.dialerFor})
+			p = pool
+		} else {
+			p, err = reporter.New(rc)
 		}
-		r, err := reporter.New(rc)
 		if err != nil {
 			return fail(fmt.Errorf("invalid POD_NAME or AUTOSCALER_URL: %w", err))
 		}
-		rep.Store(r)
+		rep.Store(&p)
 	}
 
 	lns := make([]net.Listener, 3)
@@ -156,20 +169,20 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 	if kmode != nil {
 		wg.Go(func() { kmode.src.Run(ctx) })
-		// A new leader publishes itself: the reporter, likely backing off
-		// after the old one went, reconnects at once.
-		wg.Go(func() {
-			for {
-				select {
-				case <-kmode.src.AutoscalerChanged():
-					if r := rep.Load(); r != nil {
-						r.Redial()
+		// A new leader publishes itself: the pool connects to it at once
+		// (and leaves a replica that leads nothing any more).
+		if pool != nil {
+			wg.Go(func() {
+				for {
+					select {
+					case <-kmode.src.AutoscalerChanged():
+						pool.SetLeaders(kmode.src.AutoscalerLeaders())
+					case <-ctx.Done():
+						return
 					}
-				case <-ctx.Done():
-					return
 				}
-			}
-		})
+			})
+		}
 		// The activator applies the services once the caches hold them
 		// all: until then it is not ready (act.Synced).
 		wg.Go(func() {
@@ -183,15 +196,17 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 	// The reporter starts once the activator has its services; in
 	// Kubernetes mode the autoscaler's address comes from the same caches.
-	runReporter := func(r *reporter.Reporter) {
-		select {
-		case <-act.Synced():
-			r.Run(ctx)
-		case <-ctx.Done():
-		}
-	}
 	if r := rep.Load(); r != nil {
-		wg.Go(func() { runReporter(r) })
+		wg.Go(func() {
+			select {
+			case <-act.Synced():
+				if pool != nil {
+					pool.SetLeaders(kmode.src.AutoscalerLeaders())
+				}
+				(*r).Run(ctx)
+			case <-ctx.Done():
+			}
+		})
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

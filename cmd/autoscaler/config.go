@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/kube"
@@ -14,6 +18,7 @@ import (
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/shard"
 )
 
 // The autoscaler's ports.
@@ -38,6 +43,12 @@ type config struct {
 
 	QueueProxyImage string
 	Workers         int
+	// APIQPS and APIBurst bound the replica's requests to the API server
+	// (client-go's rate limiter).
+	APIQPS   float64
+	APIBurst int
+	// Profile serves Go's profiles on the admin port.
+	Profile bool
 	// ActivatorAudiences are the audiences an activator's token must be
 	// for; none: the API server's own.
 	ActivatorAudiences []string
@@ -49,6 +60,10 @@ type config struct {
 	KeepInterval time.Duration
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Buckets divides the services among the replicas (package
+	// kube/buckets); Peers selects the replicas' Pods.
+	Buckets int
+	Peers   string
 
 	LogLevel, LogFormat string
 }
@@ -62,11 +77,15 @@ func defaultConfig() config {
 		MetricsPort:     defaultMetricsPort,
 		QueueProxyImage: inject.DefaultImage,
 		Workers:         4,
+		APIQPS:          50,
+		APIBurst:        100,
 		KeepInterval:    autoscaler.DefaultKeepInterval,
 		// client-go's usual leader election timings.
 		LeaseDuration: 15 * time.Second,
 		RenewDeadline: 10 * time.Second,
 		RetryPeriod:   2 * time.Second,
+		Buckets:       1,
+		Peers:         "app.kubernetes.io/name=swell-autoscaler",
 		LogLevel:      "info",
 		LogFormat:     logging.FormatAuto,
 	}
@@ -116,6 +135,10 @@ func bind(cfg *config) *envflag.Set {
 		audiences)
 	envflag.Var(s, &cfg.Workers, "workers", "WORKERS", cfg.Workers,
 		"reconcilers working at once, per controller", envflag.IntAtLeast(1))
+	envflag.Var(s, &cfg.APIQPS, "kube-api-qps", "KUBE_API_QPS", cfg.APIQPS,
+		"requests a second to the API server, on average (client-go's default, 5, took 14 minutes to route a thousand new services)", positiveFloat)
+	envflag.Var(s, &cfg.APIBurst, "kube-api-burst", "KUBE_API_BURST", cfg.APIBurst,
+		"requests to the API server allowed in a burst above KUBE_API_QPS", envflag.IntAtLeast(1))
 	envflag.Var(s, &cfg.TickInterval, "tick-interval", "TICK_INTERVAL", cfg.TickInterval,
 		"how often every service is decided; unset: the defaults ConfigMap's tick-interval when the replica starts",
 		envflag.DurationAtLeast(100*time.Millisecond)).DefaultText("tick-interval of " + kube.DefaultsConfigMap + ", else 2s")
@@ -128,12 +151,49 @@ func bind(cfg *config) *envflag.Set {
 		"how long the leader keeps trying to renew before it gives up the lead", envflag.DurationAtLeast(time.Second))
 	envflag.Var(s, &cfg.RetryPeriod, "retry-period", "RETRY_PERIOD", cfg.RetryPeriod,
 		"how often a follower tries to take the lead", envflag.DurationAtLeast(100*time.Millisecond))
+	envflag.Var(s, &cfg.Buckets, "buckets", "BUCKETS", cfg.Buckets,
+		"buckets the services are divided into, each led by one replica through its own Lease, spread evenly over the ready replicas (1: one leader for all)",
+		bucketCount)
+	envflag.Var(s, &cfg.Peers, "peer-selector", "PEER_SELECTOR", cfg.Peers,
+		"label selector of the autoscaler's Pods in its namespace, among which the buckets are spread (BUCKETS above 1)", peerSelector)
+	envflag.Var(s, &cfg.Profile, "profile", "PROFILE", cfg.Profile,
+		"serve Go's CPU and memory profiles at /debug/pprof/ on the admin port, which anyone who reaches the pod can read: for a measurement, not left on", envflag.Bool)
 	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
 		"debug, info, warn or error", envflag.OneOf("debug", "info", "warn", "error"))
 	envflag.Var(s, &cfg.LogFormat, "log-format", "LOG_FORMAT", cfg.LogFormat,
 		"auto (console on a terminal, else json), json or console",
 		envflag.OneOf(logging.FormatAuto, logging.FormatJSON, logging.FormatConsole))
 	return s
+}
+
+// positiveFloat accepts a finite number above 0.
+func positiveFloat(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number above 0", s)
+	}
+	return f, nil
+}
+
+// bucketCount accepts a number of buckets shard.Check accepts.
+func bucketCount(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a whole number", s)
+	}
+	return n, shard.Check(n)
+}
+
+// peerSelector accepts a label selector that selects something.
+func peerSelector(s string) (string, error) {
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return "", err
+	}
+	if sel.Empty() {
+		return "", errors.New("the selector is empty: it must select the autoscaler's Pods only")
+	}
+	return s, nil
 }
 
 // audiences accepts a comma-separated list of token audiences.

@@ -20,12 +20,13 @@ func env(kv ...string) func(string) (string, bool) {
 
 func TestConfigFromEnvironment(t *testing.T) {
 	cfg, err := parseConfig(nil, env("POD_NAME", "autoscaler-0", "POD_NAMESPACE", "swell", "POD_IP", "10.0.0.7",
-		"QUEUE_PROXY_IMAGE", "example/qp:1", "TICK_INTERVAL", "1s", "WORKERS", "2"))
+		"QUEUE_PROXY_IMAGE", "example/qp:1", "TICK_INTERVAL", "1s", "WORKERS", "2", "BUCKETS", "10", "KUBE_API_QPS", "20.5", "KUBE_API_BURST", "40"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.PodName != "autoscaler-0" || cfg.Namespace != "swell" || cfg.PodIP != "10.0.0.7" ||
-		cfg.QueueProxyImage != "example/qp:1" || cfg.TickInterval != time.Second || cfg.Workers != 2 {
+		cfg.QueueProxyImage != "example/qp:1" || cfg.TickInterval != time.Second || cfg.Workers != 2 ||
+		cfg.Buckets != 10 || cfg.APIQPS != 20.5 || cfg.APIBurst != 40 {
 		t.Errorf("config %+v", cfg)
 	}
 	if cfg.Port != 8080 || cfg.WebhookPort != 8443 || cfg.AdminPort != 8022 || cfg.MetricsPort != 9090 {
@@ -48,6 +49,11 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 			[]string{"RENEW_DEADLINE 10s must exceed 1.2 × RETRY_PERIOD 9s"}},
 		{"bad tick", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "TICK_INTERVAL", "10ms"}, []string{"TICK_INTERVAL", "10ms"}},
 		{"bad workers", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "WORKERS", "0"}, []string{"WORKERS", "0"}},
+		{"no buckets", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "BUCKETS", "0"}, []string{"BUCKETS", "1 to 64"}},
+		{"too many buckets", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "BUCKETS", "65"}, []string{"BUCKETS", "65"}},
+		{"bad peer selector", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "PEER_SELECTOR", "app in ("}, []string{"PEER_SELECTOR"}},
+		{"bad QPS", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "KUBE_API_QPS", "0"}, []string{"KUBE_API_QPS", "above 0"}},
+		{"bad burst", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "KUBE_API_BURST", "0"}, []string{"KUBE_API_BURST"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

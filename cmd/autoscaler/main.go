@@ -20,6 +20,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -34,6 +35,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -50,6 +52,7 @@ import (
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/activatorauth"
 	"github.com/swell-run/swell/kube/apiserver"
+	"github.com/swell-run/swell/kube/buckets"
 	"github.com/swell-run/swell/kube/certs"
 	"github.com/swell-run/swell/kube/controller"
 	"github.com/swell-run/swell/kube/defaults"
@@ -60,6 +63,8 @@ import (
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/shard"
 )
 
 // component names the autoscaler to the API server and in Events.
@@ -89,6 +94,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	if err != nil {
 		return fail(err)
 	}
+	rest.QPS, rest.Burst = float32(cfg.APIQPS), cfg.APIBurst
 	client, err := kubernetes.NewForConfig(rest)
 	if err != nil {
 		return fail(fmt.Errorf("Kubernetes client: %w", err))
@@ -111,8 +117,10 @@ type app struct {
 	client kubernetes.Interface
 
 	// synced turns true once the informers have their first lists; leading
-	// once this replica holds the lead.
+	// once this replica holds the lead (sharded: leads a bucket).
 	synced, leading atomic.Bool
+	// owned are the buckets led, when the services are divided (BUCKETS).
+	owned *shard.Owned
 }
 
 func (a *app) run(ctx context.Context) error {
@@ -143,10 +151,24 @@ func (a *app) run(ctx context.Context) error {
 		return nil
 	}
 
+	// Sharded, this replica autoscales and routes only the services of
+	// the buckets it leads.
+	var owns func(service.Key) bool
+	if cfg.Buckets > 1 {
+		if a.owned, err = shard.NewOwned(cfg.Buckets); err != nil {
+			return err
+		}
+		owns = a.owned.Owns
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swell_autoscaler_buckets_led",
+			Help: "Buckets of services this replica leads, of BUCKETS.",
+		}, func() float64 { return float64(a.owned.Len()) }))
+	}
+
 	factory := informers.NewSharedInformerFactory(a.client, 10*time.Minute)
 	router, err := routing.New(routing.Config{
 		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
-		Logger: log.Named("routing"), Recorder: recorder,
+		Logger: log.Named("routing"), Recorder: recorder, Owns: owns,
 	})
 	if err != nil {
 		return err
@@ -204,7 +226,7 @@ func (a *app) run(ctx context.Context) error {
 
 	ctl, err := controller.New(controller.Config{
 		Client: a.client, Informers: factory, Router: router, Backend: backend, Scaling: as,
-		Defaults: store, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"),
+		Defaults: store, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"), Owns: owns,
 	})
 	if err != nil {
 		return err
@@ -295,6 +317,10 @@ func (a *app) run(ctx context.Context) error {
 	a.synced.Store(true)
 	log.Info("autoscaler started; waiting for the lead", zap.String("identity", cfg.PodName))
 
+	if cfg.Buckets > 1 {
+		return a.leadBuckets(ctx, recorder, router, ctl, as, errc)
+	}
+
 	lost := make(chan struct{})
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
@@ -358,14 +384,19 @@ func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.
 		return err
 	}
 	a.leading.Store(true)
-	// The first of the three to fail stops the others: lead returns only
-	// once all have, and ctx ends only with the lead.
+	return runLoops(ctx, cfg.Workers, router, ctl, as)
+}
+
+// runLoops runs the router, the controller and the autoscaling loop until
+// ctx ends or one fails: the first to fail stops the others, and runLoops
+// returns only once all have.
+func runLoops(ctx context.Context, workers int, router *routing.Router, ctl *controller.Controller, as *autoscaler.Autoscaler) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 3)
-	wg.Go(func() { errc <- router.Run(ctx, cfg.Workers) })
-	wg.Go(func() { errc <- ctl.Run(ctx, cfg.Workers) })
+	wg.Go(func() { errc <- router.Run(ctx, workers) })
+	wg.Go(func() { errc <- ctl.Run(ctx, workers) })
 	wg.Go(func() { errc <- as.Run(ctx) })
 	var first error
 	select {
@@ -375,6 +406,79 @@ func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.
 	cancel()
 	wg.Wait()
 	return first
+}
+
+// leadBuckets is the sharded replica's part, until ctx ends or errc
+// reports a failure: the router, the controller and the loop run from the
+// start, limited to the buckets led (a.owned); kube/buckets takes and
+// gives back buckets, each published for the activators when taken. A
+// bucket taken is resynced, so its Deployments join the loop at their
+// running scale; a bucket lost or given back leaves it, its Deployments
+// left as they are for the replica that takes it.
+func (a *app) leadBuckets(ctx context.Context, recorder record.EventRecorder, router *routing.Router, ctl *controller.Controller,
+	as *autoscaler.Autoscaler, errc chan error) error {
+	cfg, log := a.cfg, a.log
+	peers, err := labels.Parse(cfg.Peers)
+	if err != nil {
+		return fmt.Errorf("PEER_SELECTOR: %w", err)
+	}
+	n := cfg.Buckets
+	inBucket := func(b int) func(service.Key) bool {
+		return func(k service.Key) bool { return shard.OfKey(k, n) == b }
+	}
+	mgr, err := buckets.New(buckets.Config{
+		Client: a.client, Namespace: cfg.Namespace, Identity: cfg.PodName, Buckets: n, Peers: peers,
+		LeaseDuration: cfg.LeaseDuration, RenewDeadline: cfg.RenewDeadline, RetryPeriod: cfg.RetryPeriod,
+		Recorder: recorder, Logger: log.Named("buckets"),
+		OnStarted: func(ctx context.Context, b int) {
+			a.owned.Add(b)
+			a.leading.Store(true)
+			router.Resync(inBucket(b))
+			ctl.Resync(inBucket(b))
+			wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: 1 << 30},
+				func(ctx context.Context) (bool, error) {
+					err := controller.PublishBucketLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, cfg.Port, b, n)
+					if err != nil {
+						log.Warn("cannot publish this replica as the leader of a bucket; retrying", zap.Int("bucket", b), zap.Error(err))
+						return false, nil
+					}
+					return true, nil
+				})
+		},
+		OnStopped: func(b int) {
+			a.owned.Remove(b)
+			a.leading.Store(a.owned.Len() > 0)
+			router.Resync(inBucket(b))
+			ctl.Resync(inBucket(b))
+		},
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("autoscaler started; dividing the services", zap.String("identity", cfg.PodName), zap.Int("buckets", n))
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel() // the Leases are released as the elections end
+		wg.Wait()
+	}()
+	wg.Go(func() {
+		if err := runLoops(ctx, cfg.Workers, router, ctl, as); err != nil && ctx.Err() == nil {
+			errc <- err
+		}
+	})
+	wg.Go(func() {
+		if err := mgr.Run(ctx); err != nil && ctx.Err() == nil {
+			errc <- err
+		}
+	})
+	select {
+	case <-ctx.Done():
+		log.Info("signal received: stopping")
+		return nil
+	case err := <-errc:
+		return err
+	}
 }
 
 // leaderOnly serves h on the leader. Activators reach only the leader (it
@@ -396,6 +500,10 @@ func (a *app) leaderOnly(h http.Handler) http.Handler {
 // requests, whether or not it leads.
 func (a *app) admin(certMgr *certs.Manager) http.Handler {
 	mux := http.NewServeMux()
+	if a.cfg.Profile {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	}
 	mux.HandleFunc("GET "+healthzPath, func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})

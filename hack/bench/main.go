@@ -9,6 +9,9 @@
 //	go run ./hack/bench -quick                   # a smoke run of a few minutes
 //	go run ./hack/bench -scenario queue-proxy -o report.md -profile /tmp/prof
 //	go run ./hack/bench -gobench                 # add the Go micro-benchmarks
+//	go run ./hack/bench -scenario scale -scale-chart docs/scale.svg
+//	go run ./hack/bench -scenario scale -scale-parts autoscaler -scale-sizes 10000,10000/10/3
+//	go run ./hack/bench -scale-chart docs/scale.svg -scale-from docs/performance.md
 package main
 
 import (
@@ -53,7 +56,7 @@ var scenarios = []scenario{
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
 	{"reaction", "swell local: from a step in the app's CPU or its gauge to the scale decision and the replicas ready, beside the HPA's and KEDA's documented cadence", reactionScenario},
 	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
-	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet: CPU, memory, collection rounds, decision latency, scale writes", scaleScenario},
+	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet, then 10k divided into 10 buckets among 3 autoscalers: CPU, memory, collection rounds, decision latency, scale writes; then the activator routing 10k services: memory per service, Host lookup, report bytes and frames", scaleScenario},
 }
 
 // options are the command line's settings shared by all scenarios.
@@ -68,6 +71,13 @@ type options struct {
 	containerConcurrency int
 	// profileDir, when set, receives CPU profiles of the components.
 	profileDir string
+	// scaleParts are the parts of the scale scenario to run
+	// (scalePartAutoscaler, scalePartActivator).
+	scaleParts map[string]bool
+	// scaleChart, when set, receives the scale scenario's chart (SVG).
+	scaleChart string
+	// scaleSizes are the sizes the autoscaler's part measures.
+	scaleSizes []scaleSize
 }
 
 // env is what a scenario runs with.
@@ -119,16 +129,32 @@ func run(args []string) int {
 		goBench  = fs.Bool("gobench", false, "also run the Go benchmarks of "+strings.Join(goBenchPkgs, " "))
 		duration = fs.Duration("duration", 0, "length of one measured load run (default 10s, 3s with -quick)")
 		reps     = fs.Int("reps", 0, "times each measurement runs on each path; the report shows medians (default 3, 1 with -quick)")
+		parts    = fs.String("scale-parts", strings.Join(scaleParts, ","), "comma-separated `parts` of the scale scenario to run: "+strings.Join(scaleParts, ", "))
+		sizes    = fs.String("scale-sizes", scaleSizesFlag(scaleSizes), "comma-separated `sizes` the scale scenario's autoscaler part measures, in order: N services for one leader, N/B/R for N services in B buckets led by R autoscalers")
+		from     = fs.String("scale-from", "", "draw -scale-chart from the `file`'s scale lines (a report, docs/performance.md: the last line of each size) and run nothing")
 	)
 	fs.BoolVar(&o.quick, "quick", false, "a short smoke run instead of the full one (~28 min)")
 	fs.IntVar(&o.containerConcurrency, "container-concurrency", 0, "CONTAINER_CONCURRENCY of the queue-proxy under test (0: unlimited)")
 	fs.StringVar(&o.profileDir, "profile", "", "capture CPU profiles of the queue-proxy into this `directory`")
+	fs.StringVar(&o.scaleChart, "scale-chart", "", "write the scale scenario's chart, the autoscaler's CPU and memory against the services, to this SVG `file`")
 	fs.StringVar(&localTrace, "trace", "", "trace `file` the local scenario replays (default ../shared/traces/azure-llm-2023-conv.csv from the module root)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	var err error
+	if o.scaleParts, err = parseScaleParts(*parts); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -scale-parts: %v\n", err)
+		return 2
+	}
+	if o.scaleSizes, err = parseScaleSizes(*sizes); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -scale-sizes: %v\n", err)
+		return 2
+	}
+	if *from != "" {
+		return drawScaleChart(*from, o.scaleChart)
 	}
 	o.reps, o.duration = 3, 10*time.Second
 	if o.quick {
@@ -227,4 +253,23 @@ func goBenchmarks(quick bool) section {
 	}
 	s.code = out.String()
 	return s
+}
+
+// drawScaleChart writes the chart of the scale lines in the file from to
+// chart, running nothing.
+func drawScaleChart(from, chart string) int {
+	if chart == "" {
+		fmt.Fprintf(os.Stderr, "bench: -scale-from draws a chart: give its file with -scale-chart\n")
+		return 2
+	}
+	b, err := os.ReadFile(from)
+	if err == nil {
+		err = writeScaleChartFile(chart, "the scale lines of "+from+" (the last of each size and of each replica)", b)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	logf("wrote %s", chart)
+	return 0
 }

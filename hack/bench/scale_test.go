@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,22 +24,23 @@ func TestScaleLine(t *testing.T) {
 		}
 		return s
 	}
-	r := scaleResult{services: 1000, pods: 5000, cpu: 0.237, mem: memory{RSS: 135 << 20}, roundP99: 0.2487, rounds: 60,
-		steps: []scaleStep{step(pods.KindBusy, 1800), step(pods.KindBusy, 2400), step(pods.KindZero, 3)}}
+	r := scaleResult{size: scaleSize{services: 1000, buckets: 1, replicas: 1}, pods: 5000, measured: true, replicas: []scaleReplica{{
+		cpu: 0.237, mem: memory{RSS: 135 << 20}, roundP99: 0.2487, rounds: 60,
+		steps: []scaleStep{step(pods.KindBusy, 1800), step(pods.KindBusy, 2400), step(pods.KindZero, 3)}}}}
 	if got, want := scaleLine(r), "scale services=1000 pods=5000 cpu_cores=0.24 rss_mib=135 scrape_p99_ms=249 decide_p99_ms=2400"; got != want {
 		t.Errorf("line\n%s\nwant\n%s", got, want)
 	}
 	// A step whose write never came is the longest of all.
-	r.steps = append(r.steps, step(pods.KindBusy, -1))
+	r.replicas[0].steps = append(r.replicas[0].steps, step(pods.KindBusy, -1))
 	if got := scaleLine(r); !strings.HasSuffix(got, " decide_p99_ms=inf") {
 		t.Errorf("with a step unanswered: %s", got)
 	}
-	r.steps = nil
+	r.replicas[0].steps = nil
 	if got := scaleLine(r); !strings.HasSuffix(got, " decide_p99_ms=nan") {
 		t.Errorf("without steps: %s", got)
 	}
 	// A size that never measured says why, on its line.
-	failed := scaleResult{services: 10000, pods: 50000, err: errors.New("fleet exited")}
+	failed := scaleResult{size: scaleSize{services: 10000, buckets: 1, replicas: 1}, pods: 50000, err: errors.New("fleet exited")}
 	if got, want := scaleLine(failed), `scale services=10000 pods=50000 failed="fleet exited"`; got != want {
 		t.Errorf("failed size: %s, want %s", got, want)
 	}
@@ -125,16 +127,43 @@ func TestScaleTargets(t *testing.T) {
 }
 
 func TestScaleConditions(t *testing.T) {
-	ok := scaleResult{window: 10 * time.Second, openFDs: 5000, maxFD: 20000, scrapes: map[string]float64{"ok": 1e5}}
+	ok := scaleResult{window: 10 * time.Second, replicas: []scaleReplica{{openFDs: 5000, maxFD: 20000, scrapes: map[string]float64{"ok": 1e5}}}}
 	if n := scaleConditions(ok); len(n) != 0 {
 		t.Errorf("nothing limited, yet %q", n)
 	}
-	worn := scaleResult{window: 10 * time.Second, missing: 56000, openFDs: 19904, maxFD: 20000,
-		scrapes: map[string]float64{"ok": 1e5, "error": 19000}, fleetFDExhausted: 12}
+	worn := scaleResult{window: 10 * time.Second, fleetFDExhausted: 12, replicas: []scaleReplica{{missing: 56000, openFDs: 19904, maxFD: 20000,
+		scrapes: map[string]float64{"ok": 1e5, "error": 19000}}}}
 	got := strings.Join(scaleConditions(worn), "\n")
-	for _, want := range []string{"5600 services a second had no sample", "19904 open of 20000", "12 times"} {
+	for _, want := range []string{"The autoscaler's rounds ran out of time**: 5600 services a second had no sample", "The autoscaler ran out of file descriptors**: 19904 open of 20000", "12 times"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("conditions %q lack %q", got, want)
 		}
+	}
+	// Sharded, each replica's are its own.
+	worn.replicas = append([]scaleReplica{{}}, worn.replicas...)
+	got = strings.Join(scaleConditions(worn), "\n")
+	if !strings.Contains(got, "Replica 1's rounds ran out of time") || strings.Contains(got, "Replica 0") {
+		t.Errorf("sharded conditions %q", got)
+	}
+}
+
+func TestParseScaleSizes(t *testing.T) {
+	got, err := parseScaleSizes(scaleSizesFlag(scaleSizes))
+	if err != nil || !slices.Equal(got, scaleSizes) {
+		t.Errorf("the default sizes read back as %+v, %v", got, err)
+	}
+	got, err = parseScaleSizes(" 500 ,20000/16/4")
+	if want := []scaleSize{{500, 1, 1}, {20000, 16, 4}}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("sizes %+v, %v; want %+v", got, err, want)
+	}
+	// Every bad size, each with what is accepted.
+	_, err = parseScaleSizes("0,ten,10000/10,10000/10/1,10000/3/4,10000/65/3,1000")
+	for _, bad := range []string{`"0"`, `"ten"`, `"10000/10"`, `"10000/10/1"`, `"10000/3/4"`, `"10000/65/3"`} {
+		if err == nil || !strings.Contains(err.Error(), "size "+bad+": accepted is N services") {
+			t.Errorf("error %v lacks size %s", err, bad)
+		}
+	}
+	if strings.Contains(err.Error(), `"1000"`) {
+		t.Errorf("a good size reported: %v", err)
 	}
 }

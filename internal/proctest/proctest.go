@@ -26,9 +26,23 @@ var (
 	built    = map[string]string{}
 )
 
+// Main runs the tests of a package that calls Build, then removes what
+// Build compiled (a hundred megabytes a run with the race detector) and
+// exits with the tests' code. Call it from the package's TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	buildMu.Lock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	buildMu.Unlock()
+	os.Exit(code)
+}
+
 // Build compiles the main package at pkg (an import path such as
 // "github.com/swell-run/swell/cmd/queue-proxy") once per test binary and
-// returns the executable's path. The race detector is enabled when the test
+// returns the executable's path; the package's TestMain calls Main, which
+// removes it after the tests. The race detector is enabled when the test
 // binary itself was built with it, so end-to-end runs catch races too.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()

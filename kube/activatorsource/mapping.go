@@ -17,6 +17,7 @@ import (
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/shard"
 )
 
 // toService is the activator's view of the Deployment served by the
@@ -149,6 +150,42 @@ func readyAddr(eps []*discoveryv1.EndpointSlice, portName string) (string, bool)
 		}
 	}
 	return "", false
+}
+
+// leaders is the address of each bucket's leader among the autoscaler's
+// slices eps (AutoscalerLeaders). The number of buckets is the one most
+// slices carry (the larger on a tie): while the autoscaler changes its
+// number of buckets, the old slices are ignored until they are deleted.
+// Without a slice that names its bucket, there is one bucket, led by the
+// first ready endpoint of any slice.
+func leaders(eps []*discoveryv1.EndpointSlice, portName string) []string {
+	byN := map[int][]*discoveryv1.EndpointSlice{}
+	n := 0
+	for _, es := range eps {
+		b, errB := strconv.Atoi(es.Labels[kube.LabelBucket])
+		bn, errN := strconv.Atoi(es.Labels[kube.LabelBuckets])
+		if errB != nil || errN != nil || shard.Check(bn) != nil || b < 0 || b >= bn {
+			continue
+		}
+		byN[bn] = append(byN[bn], es)
+		if len(byN[bn]) > len(byN[n]) || len(byN[bn]) == len(byN[n]) && bn > n {
+			n = bn
+		}
+	}
+	if n == 0 {
+		addr, _ := readyAddr(eps, portName)
+		return []string{addr}
+	}
+	out := make([]string, n)
+	perBucket := make([][]*discoveryv1.EndpointSlice, n)
+	for _, es := range byN[n] {
+		b, _ := strconv.Atoi(es.Labels[kube.LabelBucket])
+		perBucket[b] = append(perBucket[b], es)
+	}
+	for b, ss := range perBucket {
+		out[b], _ = readyAddr(ss, portName)
+	}
+	return out
 }
 
 // portNamed returns the number of es's port called name.

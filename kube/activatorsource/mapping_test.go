@@ -264,3 +264,46 @@ func TestReadyAddr(t *testing.T) {
 		})
 	}
 }
+
+func TestLeaders(t *testing.T) {
+	svc := podsService(kube.DefaultSystemNamespace, "x")
+	svc.Name = kube.AutoscalerService
+	// bucket is the slice bucket b of n's leader writes, at ip.
+	bucket := func(b, n int, ip string) *discoveryv1.EndpointSlice {
+		es := endpointSlice(svc, kube.BucketSliceName(b, n), v4, kube.PortNameHTTP, 8080, endpoint(ip, "as", true, false))
+		es.Labels[kube.LabelBucket], es.Labels[kube.LabelBuckets] = strconv.Itoa(b), strconv.Itoa(n)
+		return es
+	}
+	withLabels := func(es *discoveryv1.EndpointSlice, b, n string) *discoveryv1.EndpointSlice {
+		es.Labels[kube.LabelBucket], es.Labels[kube.LabelBuckets] = b, n
+		return es
+	}
+	single := endpointSlice(svc, kube.AutoscalerService, v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.1", "as-0", true, false))
+	for _, tc := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   []string
+	}{
+		{"no slice: one bucket, no leader", nil, []string{""}},
+		{"one bucket", []*discoveryv1.EndpointSlice{single}, []string{"10.0.0.1:8080"}},
+		{"three buckets, one without a leader", []*discoveryv1.EndpointSlice{bucket(0, 3, "10.0.0.2"), bucket(2, 3, "10.0.0.3")},
+			[]string{"10.0.0.2:8080", "", "10.0.0.3:8080"}},
+		{"the old single slice is ignored beside buckets", []*discoveryv1.EndpointSlice{single, bucket(0, 2, "10.0.0.2"), bucket(1, 2, "10.0.0.2")},
+			[]string{"10.0.0.2:8080", "10.0.0.2:8080"}},
+		{"the number most slices carry wins", []*discoveryv1.EndpointSlice{bucket(0, 2, "10.0.0.2"), bucket(1, 3, "10.0.0.4"), bucket(2, 3, "10.0.0.5")},
+			[]string{"", "10.0.0.4:8080", "10.0.0.5:8080"}},
+		{"bad labels are ignored", []*discoveryv1.EndpointSlice{
+			withLabels(bucket(0, 2, "10.0.0.2"), "2", "2"),
+			withLabels(bucket(0, 2, "10.0.0.3"), "-1", "2"),
+			withLabels(bucket(0, 2, "10.0.0.4"), "0", "1000"),
+			withLabels(bucket(0, 2, "10.0.0.5"), "zero", "2"),
+			bucket(1, 2, "10.0.0.6"),
+		}, []string{"", "10.0.0.6:8080"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := leaders(tc.slices, kube.PortNameHTTP); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -346,6 +346,19 @@ func (s *Source) AutoscalerAddr() (string, bool) {
 	return readyAddr(eps, kube.PortNameHTTP)
 }
 
+// AutoscalerLeaders is, for each bucket of services, the address ip:port
+// of the autoscaler replica that leads it ("" while none does), from the
+// EndpointSlices of the Service kube.AutoscalerService: one per bucket,
+// labelled kube.LabelBucket and kube.LabelBuckets, when the autoscaler is
+// sharded; else its one slice, as AutoscalerAddr.
+func (s *Source) AutoscalerLeaders() []string {
+	eps, err := s.autoscaler.EndpointSlices(s.systemNamespace).List(labels.Everything())
+	if err != nil {
+		return []string{""}
+	}
+	return leaders(eps, kube.PortNameHTTP)
+}
+
 // serviceChanged rebuilds the services that old and obj (either may be nil)
 // stand for.
 func (s *Source) serviceChanged(old, obj any) {

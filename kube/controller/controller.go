@@ -89,6 +89,10 @@ type Config struct {
 	// StatsPort is the queue-proxy's metrics port: the loop scrapes
 	// "<pod IP>:<StatsPort>" (default network.DefaultQueueMetricsPort).
 	StatsPort int
+	// Owns, if set, says which Deployments this replica autoscales: those
+	// of the buckets of services it leads (package kube/buckets). Others
+	// are left out of the loop, and taken out when they leave. Nil: all.
+	Owns func(service.Key) bool
 	// Clock drives the work queue's retry delays (default the real clock).
 	Clock  clock.WithTicker
 	Logger *zap.Logger
@@ -109,6 +113,7 @@ type Controller struct {
 	defaults    *defaults.Store
 	recorder    record.EventRecorder
 	statsPort   int
+	owns        func(service.Key) bool
 	log         *zap.Logger
 	queue       workqueue.TypedRateLimitingInterface[service.Key]
 	running     atomic.Bool
@@ -193,6 +198,7 @@ func New(cfg Config) (*Controller, error) {
 		defaults:  cfg.Defaults,
 		recorder:  cfg.Recorder,
 		statsPort: cfg.StatsPort,
+		owns:      cfg.Owns,
 		log:       cfg.Logger,
 		states:    make(map[service.Key]*state),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[service.Key](),
@@ -262,6 +268,11 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
+	if c.owns != nil && !c.owns(key) {
+		c.release(key)
+		c.queue.Forget(key)
+		return true
+	}
 	err := c.syncDeployment(ctx, key)
 	switch {
 	case err == nil:
@@ -277,6 +288,48 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddRateLimited(key)
 	}
 	return true
+}
+
+// release takes key out of the loop, as a Deployment no longer opted in,
+// leaving the Deployment as it is: another replica autoscales it now.
+func (c *Controller) release(key service.Key) {
+	c.mu.Lock()
+	st := c.states[key]
+	delete(c.states, key)
+	c.mu.Unlock()
+	if st == nil {
+		return
+	}
+	c.log.Debug("deployment left to the replica that leads its bucket", zap.Stringer("deployment", key))
+	c.scaling.Remove(key)
+	c.backend.forget(key)
+}
+
+// Resync reconciles again every opted-in or tracked Deployment which
+// match accepts: after this replica took or gave up a bucket of services
+// (Config.Owns), so that the bucket's Deployments join or leave its loop.
+// A Deployment that joins is resumed at its running scale.
+func (c *Controller) Resync(match func(service.Key) bool) {
+	list, err := c.deployments.List(labels.SelectorFromSet(labels.Set{kube.LabelEnabled: "true"}))
+	if err != nil {
+		c.log.Warn("list opted-in Deployments", zap.Error(err))
+	}
+	for _, d := range list {
+		if k := kube.KeyOf(d); kube.OptedIn(d) && match(k) {
+			c.enqueue(k)
+		}
+	}
+	c.mu.Lock()
+	var tracked []service.Key
+	for k := range c.states {
+		if match(k) {
+			tracked = append(tracked, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range tracked {
+		c.enqueue(k)
+	}
 }
 
 // enqueue schedules key's reconcile.

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -468,5 +469,47 @@ func TestDeleteHandlerEnqueuesOnlySwellDeployments(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"default/opted", "default/tracked"}; !slices.Equal(got, want) {
 		t.Errorf("enqueued %q, want %q", got, want)
+	}
+}
+
+// TestOwnsLimitsTheLoopToTheBucketsLed: sharded, the controller gives the
+// loop only the Deployments of the buckets the replica leads; a bucket
+// taken brings its Deployments in on Resync, one given up takes them out,
+// and neither writes to the Deployment.
+func TestOwnsLimitsTheLoopToTheBucketsLed(t *testing.T) {
+	h := newHarness(t)
+	var owned atomic.Bool
+	h.c.owns = func(service.Key) bool { return owned.Load() }
+	h.start()
+	key := service.Key{Namespace: testNS, Name: "hello"}
+	all := func(service.Key) bool { return true }
+	h.create(deployment("hello", nil))
+	h.sync(key)
+	if calls := h.scaling.take(); len(calls) != 0 || h.c.tracked(key) {
+		t.Fatalf("a Deployment of a bucket not led: calls %+v, tracked %v; want none", calls, h.c.tracked(key))
+	}
+
+	owned.Store(true)
+	h.c.Resync(all)
+	h.drain()
+	if ups := only(h.scaling.take(), "upsert"); len(ups) != 1 || ups[0].key != key {
+		t.Fatalf("after its bucket was taken: upserts %+v, want %v", ups, key)
+	}
+
+	owned.Store(false)
+	h.c.Resync(func(k service.Key) bool { return k.Name == "other" })
+	h.drain()
+	if calls := h.scaling.take(); len(calls) != 0 {
+		t.Fatalf("a Resync that does not match it: calls %+v, want none", calls)
+	}
+	h.c.Resync(all)
+	h.drain()
+	if calls := h.scaling.take(); !reflect.DeepEqual(calls, []call{{op: "remove", key: key}}) || h.c.tracked(key) {
+		t.Errorf("after its bucket was given up: calls %+v, tracked %v; want one remove", calls, h.c.tracked(key))
+	}
+	for _, a := range writes(h.cs) {
+		if a.GetResource().Resource == "deployments" && a.GetVerb() != "create" {
+			t.Errorf("the controller wrote to a Deployment: %v", a)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,6 +28,15 @@ import (
 // EndpointSlice so that it lists exactly podIP:port, pointing at the pod
 // podName. Calling it again with the same arguments writes nothing.
 func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, port int) error {
+	return PublishBucketLeader(ctx, client, namespace, podName, podIP, port, 0, 1)
+}
+
+// PublishBucketLeader is PublishLeader for the leader of bucket b of n
+// when the autoscaler is sharded (package kube/buckets): its slice is
+// kube.BucketSliceName(b, n), labelled with the bucket and their number,
+// and the slices left by another number of buckets are deleted. With one
+// bucket it is PublishLeader.
+func PublishBucketLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, port, b, n int) error {
 	ip, err := netip.ParseAddr(podIP)
 	switch {
 	case namespace == "":
@@ -42,8 +52,40 @@ func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, 
 	if err != nil {
 		return fmt.Errorf("publish leader: %w", err)
 	}
-	if err := ensureLeaderSlice(ctx, client, svc, podName, ip.Unmap(), int32(port)); err != nil {
+	if b < 0 || b >= n {
+		return fmt.Errorf("publish leader: bucket %d of %d", b, n)
+	}
+	if err := ensureLeaderSlice(ctx, client, svc, podName, ip.Unmap(), int32(port), b, n); err != nil {
 		return fmt.Errorf("publish leader: %w", err)
+	}
+	if err := deleteOtherBuckets(ctx, client, namespace, n); err != nil {
+		return fmt.Errorf("publish leader: %w", err)
+	}
+	return nil
+}
+
+// deleteOtherBuckets deletes the autoscaler's slices written for a number
+// of buckets other than n (none for a single leader's slice), so the
+// activators stop reporting to leaders of a division no longer used.
+func deleteOtherBuckets(ctx context.Context, client kubernetes.Interface, namespace string, n int) error {
+	eps := client.DiscoveryV1().EndpointSlices(namespace)
+	list, err := eps.List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + "," +
+		kube.LabelManagedBy + "=" + kube.ManagedBy})
+	if err != nil {
+		return fmt.Errorf("list the EndpointSlices of %s/%s: %w", namespace, kube.AutoscalerService, err)
+	}
+	want := ""
+	if n > 1 {
+		want = strconv.Itoa(n)
+	}
+	for _, es := range list.Items {
+		if es.Labels[kube.LabelBuckets] == want {
+			continue
+		}
+		err := eps.Delete(ctx, es.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &es.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete EndpointSlice %s/%s of another number of buckets: %w", namespace, es.Name, err)
+		}
 	}
 	return nil
 }
@@ -87,7 +129,8 @@ func ensureAutoscalerService(ctx context.Context, client kubernetes.Interface, n
 
 // ensureLeaderSlice creates or updates the Service's EndpointSlice so it
 // lists exactly the leader.
-func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Service, podName string, ip netip.Addr, port int32) error {
+func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Service, podName string, ip netip.Addr, port int32, b, n int) error {
+	sliceName := kube.BucketSliceName(b, n)
 	addressType := discoveryv1.AddressTypeIPv4
 	if ip.Is6() {
 		addressType = discoveryv1.AddressTypeIPv6
@@ -95,7 +138,7 @@ func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *co
 	ready := true
 	want := discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      kube.AutoscalerService,
+			Name:      sliceName,
 			Namespace: svc.Namespace,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: kube.AutoscalerService,
@@ -120,15 +163,18 @@ func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *co
 		want.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID}}
 	}
 
+	if n > 1 {
+		want.Labels[kube.LabelBucket], want.Labels[kube.LabelBuckets] = strconv.Itoa(b), strconv.Itoa(n)
+	}
 	eps := client.DiscoveryV1().EndpointSlices(svc.Namespace)
-	name := svc.Namespace + "/" + kube.AutoscalerService
+	name := svc.Namespace + "/" + sliceName
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := eps.Get(ctx, kube.AutoscalerService, metav1.GetOptions{})
+		cur, err := eps.Get(ctx, sliceName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			_, err = eps.Create(ctx, &want, metav1.CreateOptions{FieldManager: fieldManager})
 			if apierrors.IsAlreadyExists(err) {
 				// Made meanwhile: update it on the next attempt.
-				return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), kube.AutoscalerService, err)
+				return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), sliceName, err)
 			}
 			if err != nil {
 				return fmt.Errorf("create EndpointSlice %s: %w", name, err)
@@ -140,12 +186,12 @@ func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *co
 		}
 		if cur.AddressType != want.AddressType {
 			// The address type is immutable: the pod changed IP family.
-			err := eps.Delete(ctx, kube.AutoscalerService, metav1.DeleteOptions{
+			err := eps.Delete(ctx, sliceName, metav1.DeleteOptions{
 				Preconditions: &metav1.Preconditions{UID: &cur.UID}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("delete EndpointSlice %s of address type %s: %w", name, cur.AddressType, err)
 			}
-			return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), kube.AutoscalerService,
+			return apierrors.NewConflict(discoveryv1.Resource("endpointslices"), sliceName,
 				errors.New("recreate with address type "+string(want.AddressType)))
 		}
 		next := cur.DeepCopy()

@@ -138,3 +138,50 @@ func TestPublishLeaderRejectsBadInput(t *testing.T) {
 		t.Errorf("bad input wrote %v", w)
 	}
 }
+
+func TestPublishBucketLeader(t *testing.T) {
+	ctx := t.Context()
+	cs := fake.NewClientset()
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+		t.Fatal(err)
+	}
+	// Sharded into three buckets: bucket 1's leader has its own slice,
+	// labelled, and the single leader's slice goes.
+	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-1", "10.0.0.6", 8080, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	names := func() map[string]map[string]string {
+		list, err := cs.DiscoveryV1().EndpointSlices(testSystem).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]map[string]string{}
+		for _, es := range list.Items {
+			out[es.Name] = es.Labels
+		}
+		return out
+	}
+	got := names()
+	l, ok := got["autoscaler-1-of-3"]
+	if len(got) != 1 || !ok || l[kube.LabelBucket] != "1" || l[kube.LabelBuckets] != "3" {
+		t.Fatalf("slices after bucket 1 of 3 was published: %v", got)
+	}
+	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080, 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 2 {
+		t.Fatalf("slices after buckets 0 and 1 of 3: %v", got)
+	}
+	// Back to one leader: the buckets' slices go.
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); len(got) != 1 || got[kube.AutoscalerService] == nil {
+		t.Fatalf("slices after a single leader published itself again: %v", got)
+	}
+	for _, bad := range [][2]int{{3, 3}, {-1, 3}} {
+		if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080, bad[0], bad[1]); err == nil {
+			t.Errorf("bucket %d of %d published", bad[0], bad[1])
+		}
+	}
+}

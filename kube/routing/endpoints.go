@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
@@ -61,13 +62,61 @@ func readyEndpoints(ss []*discoveryv1.EndpointSlice) []endpoint {
 	return out
 }
 
-// slicesOf returns the EndpointSlices of the Service ns/name.
-func (r *Router) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
-	ss, err := r.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+// The EndpointSlice informer's indexes: a Service's slices, and the route
+// slices Swell writes for a Deployment, each by "namespace/name".
+const (
+	indexByService    = "swell.run/by-service"
+	indexRouteSliceOf = "swell.run/route-slice-of"
+)
+
+// addSliceIndexers adds the indexes to inf, which must not have started
+// (an index already there, from another Router on the same factory, is
+// kept).
+func addSliceIndexers(inf cache.SharedIndexInformer) error {
+	have := inf.GetIndexer().GetIndexers()
+	want := cache.Indexers{}
+	if _, ok := have[indexByService]; !ok {
+		want[indexByService] = func(obj any) ([]string, error) {
+			es, ok := obj.(*discoveryv1.EndpointSlice)
+			if !ok || es.Labels[discoveryv1.LabelServiceName] == "" {
+				return nil, nil
+			}
+			return []string{es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]}, nil
+		}
+	}
+	if _, ok := have[indexRouteSliceOf]; !ok {
+		want[indexRouteSliceOf] = func(obj any) ([]string, error) {
+			es, ok := obj.(*discoveryv1.EndpointSlice)
+			if !ok || es.Labels[discoveryv1.LabelManagedBy] != kube.EndpointSliceController || es.Labels[kube.LabelDeployment] == "" {
+				return nil, nil
+			}
+			return []string{es.Namespace + "/" + es.Labels[kube.LabelDeployment]}, nil
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	return inf.AddIndexers(want)
+}
+
+// indexed returns the slices of index under ns/name that keep accepts.
+func (r *Router) indexed(index, ns, name string, keep func(*discoveryv1.EndpointSlice) bool) []*discoveryv1.EndpointSlice {
+	objs, err := r.sliceIndex.ByIndex(index, ns+"/"+name)
 	if err != nil {
 		return nil
 	}
-	return ss
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if es, ok := o.(*discoveryv1.EndpointSlice); ok && (keep == nil || keep(es)) {
+			out = append(out, es)
+		}
+	}
+	return out
+}
+
+// slicesOf returns the EndpointSlices of the Service ns/name.
+func (r *Router) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
+	return r.indexed(indexByService, ns, name, nil)
 }
 
 // podEndpoints returns D's ready pods, and whether Kubernetes has written
@@ -140,14 +189,9 @@ func choose(want plan.Route, pods []endpoint, act activator) (choice, bool) {
 
 // routeSlicesOf returns Swell's route EndpointSlices of the Service ns/name.
 func (r *Router) routeSlicesOf(ns, name string) []*discoveryv1.EndpointSlice {
-	ss, err := r.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelServiceName: name,
-		discoveryv1.LabelManagedBy:   kube.EndpointSliceController,
-	}))
-	if err != nil {
-		return nil
-	}
-	return ss
+	return r.indexed(indexByService, ns, name, func(es *discoveryv1.EndpointSlice) bool {
+		return es.Labels[discoveryv1.LabelManagedBy] == kube.EndpointSliceController
+	})
 }
 
 // activatorRoutes returns, in every namespace, the route EndpointSlices
@@ -165,14 +209,7 @@ func (r *Router) activatorRoutes() []*discoveryv1.EndpointSlice {
 
 // routeSlicesFor returns the route EndpointSlices of D's Services.
 func (r *Router) routeSlicesFor(key service.Key) []*discoveryv1.EndpointSlice {
-	ss, err := r.slices.EndpointSlices(key.Namespace).List(labels.SelectorFromSet(labels.Set{
-		discoveryv1.LabelManagedBy: kube.EndpointSliceController,
-		kube.LabelDeployment:       key.Name,
-	}))
-	if err != nil {
-		return nil
-	}
-	return ss
+	return r.indexed(indexRouteSliceOf, key.Namespace, key.Name, nil)
 }
 
 // cachedRoute is the route D's route slices list, as the cache has them:

@@ -79,6 +79,9 @@ type Config struct {
 	// Recorder, when set, gets Warning events on the Services and
 	// Deployments Swell cannot route as asked.
 	Recorder record.EventRecorder
+	// Owns, if set, says which Deployments this replica routes: those of
+	// the buckets of services it leads (package kube/buckets). Nil: all.
+	Owns func(service.Key) bool
 }
 
 // Router reconciles the routing of opted-in Deployments, keyed by the
@@ -88,11 +91,13 @@ type Router struct {
 	sysNS   string
 	log     *zap.Logger
 	rec     record.EventRecorder
+	owns    func(service.Key) bool
 	clock   clock.PassiveClock
 	timeout time.Duration
 
 	services    corelisters.ServiceLister
 	slices      discoverylisters.EndpointSliceLister
+	sliceIndex  cache.Indexer
 	deployments appslisters.DeploymentLister
 	synced      []cache.InformerSynced
 
@@ -144,6 +149,7 @@ func New(cfg Config) (*Router, error) {
 		sysNS:       cfg.SystemNamespace,
 		log:         cfg.Logger,
 		rec:         cfg.Recorder,
+		owns:        cfg.Owns,
 		clock:       clock.RealClock{},
 		timeout:     ReleaseTimeout,
 		services:    svcInf.Lister(),
@@ -157,6 +163,14 @@ func New(cfg Config) (*Router, error) {
 		warned:    map[types.UID]map[string]string{},
 		seen:      map[service.Key]observed{},
 	}
+	// A Service's slices and a Deployment's route slices are looked up
+	// for every service at every tick: by index, not by matching the
+	// labels of every slice of the namespace (with a thousand services in
+	// one namespace that scan took most of a core).
+	if err := addSliceIndexers(sliceInf.Informer()); err != nil {
+		return nil, fmt.Errorf("routing: %w", err)
+	}
+	r.sliceIndex = sliceInf.Informer().GetIndexer()
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -249,6 +263,14 @@ func (r *Router) next(ctx context.Context) bool {
 		return false
 	}
 	defer r.queue.Done(key)
+	if r.owns != nil && !r.owns(key) {
+		// Another replica routes it now; a route requested here is stale.
+		r.mu.Lock()
+		delete(r.requested, key)
+		r.mu.Unlock()
+		r.queue.Forget(key)
+		return true
+	}
 	err := r.sync(ctx, key)
 	if err == nil {
 		r.queue.Forget(key)
@@ -427,6 +449,32 @@ func (r *Router) forget(uid types.UID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.warned, uid)
+}
+
+// Resync reconciles again every opted-in Deployment, and every one a
+// route was requested for, which match accepts: after this replica took
+// or gave up a bucket of services (Config.Owns).
+func (r *Router) Resync(match func(service.Key) bool) {
+	deps, err := r.deployments.List(everything)
+	if err != nil {
+		r.log.Warn("list Deployments", zap.Error(err))
+	}
+	for _, d := range deps {
+		if k := kube.KeyOf(d); kube.OptedIn(d) && match(k) {
+			r.queue.Add(k)
+		}
+	}
+	r.mu.Lock()
+	var keys []service.Key
+	for k := range r.requested {
+		if match(k) {
+			keys = append(keys, k)
+		}
+	}
+	r.mu.Unlock()
+	for _, k := range keys {
+		r.queue.Add(k)
+	}
 }
 
 // The event handlers only enqueue keys (and call OnChange); all the work

@@ -1137,3 +1137,37 @@ func TestDeploymentChangeConcernsOthersThroughTemplateLabels(t *testing.T) {
 	h.r.deploymentDeleted(cache.DeletedFinalStateUnknown{Key: "shop/web-canary", Obj: scaled})
 	equal(t, "deleted", queued(), []string{"shop/web", "shop/web-canary"})
 }
+
+// TestOwnsLimitsRoutingToTheBucketsLed: sharded, a replica routes only the
+// Deployments of the buckets it leads; one whose bucket it gave up is
+// left alone, and its requested route forgotten; Resync brings one in.
+func TestOwnsLimitsRoutingToTheBucketsLed(t *testing.T) {
+	h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
+		twoPods(), twoActivators(), kubernetesSlice("web", ep{ip: "10.0.0.9", ready: true}))
+	owned := false
+	h.r.owns = func(service.Key) bool { return owned }
+	h.settle()
+	if err := h.r.SetRoute(h.ctx, web, plan.RouteActivator); err != nil {
+		t.Fatal(err)
+	}
+	for h.r.queue.Len() > 0 {
+		h.r.next(h.ctx)
+	}
+	equal(t, "writes for a Deployment of a bucket not led", h.writes(), []string(nil))
+	h.r.mu.Lock()
+	_, kept := h.r.requested[web]
+	h.r.mu.Unlock()
+	if kept {
+		t.Error("the route requested for a Deployment of a bucket not led is kept")
+	}
+
+	owned = true
+	h.r.Resync(func(k service.Key) bool { return k == web })
+	if h.r.queue.Len() != 1 {
+		t.Fatalf("Resync queued %d keys, want web's", h.r.queue.Len())
+	}
+	h.r.next(h.ctx)
+	if w := h.writes(); !slices.Contains(w, "create endpointslices web-swell") {
+		t.Errorf("after its bucket was taken: writes %q, want web's route slice created", w)
+	}
+}

@@ -489,6 +489,24 @@ func TestSwellAutoscalerEndpointWrites(t *testing.T) {
 		}},
 		{"create Swell's route slice for Service other", "", create(slice(e.ns, other))},
 	})
+
+	// In swell-system, only the autoscaler Service's own slices: the
+	// leader's, one per bucket when sharded.
+	svc, err := e.cs.CoreV1().Services(swellNamespace).Get(t.Context(), "autoscaler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaderSlice := func(name string) *discoveryv1.EndpointSlice {
+		s := slice(swellNamespace, svc)
+		s.Name = name
+		delete(s.Labels, labelDeployment)
+		return s
+	}
+	e.try([]attempt{
+		{"create an autoscaler slice of another name in swell-system", policyEndpoints, create(leaderSlice("autoscaler-extra"))},
+		{"create the slice of a bucket of an absurd number", policyEndpoints, create(leaderSlice("autoscaler-3-of-1000"))},
+		{"create the slice of bucket 3 of 10", "", create(leaderSlice("autoscaler-3-of-10"))},
+	})
 }
 
 // TestSwellAutoscalerWritesNothingInKubeSystem: as the autoscaler, even

@@ -196,14 +196,7 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 			if n, err := e.replicas(ctx, name); err != nil || n != 1 {
 				return fmt.Errorf("scale %d %v, want 1", n, err)
 			}
-			s, err := e.routeSlice(ctx, name)
-			if err != nil {
-				return err
-			}
-			if s.Labels[labelRoute] != "activator" {
-				return fmt.Errorf("route %q", s.Labels[labelRoute])
-			}
-			return nil
+			return e.routeIs(ctx, name, "activator")
 		})
 		stream(0, fmt.Sprintf("round %d: %s back at zero behind the activators", round, name), atZero)
 	}

@@ -233,6 +233,19 @@ func swellHello(name string, replicas *int32, annotations map[string]string) *ap
 
 func int32p(n int32) *int32 { return &n }
 
+// routeIs reports, as an error, when service's route slice does not route
+// to want ("pods" or "activator").
+func (e *env) routeIs(ctx context.Context, service, want string) error {
+	s, err := e.routeSlice(ctx, service)
+	if err != nil {
+		return err
+	}
+	if got := s.Labels[labelRoute]; got != want {
+		return fmt.Errorf("route %q, want %q", got, want)
+	}
+	return nil
+}
+
 // routeSlice returns the EndpointSlice Swell writes for the Service.
 func (e *env) routeSlice(ctx context.Context, service string) (*discoveryv1.EndpointSlice, error) {
 	return e.cs.DiscoveryV1().EndpointSlices(e.ns).Get(ctx, service+"-swell", metav1.GetOptions{})
@@ -768,14 +781,7 @@ func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
 		}
 	}()
 	e.eventuallyWithin("Swell routes "+name+" to its pod under load", scaleTimeout, func(ctx context.Context) error {
-		s, err := e.routeSlice(ctx, name)
-		if err != nil {
-			return err
-		}
-		if s.Labels[labelRoute] != "pods" {
-			return fmt.Errorf("route %q", s.Labels[labelRoute])
-		}
-		return nil
+		return e.routeIs(ctx, name, "pods")
 	})
 	stopLoad()
 	<-loaded

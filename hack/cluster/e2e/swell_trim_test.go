@@ -111,6 +111,15 @@ func TestSwellScaleDownKeepsTheBusyPod(t *testing.T) {
 		return nil
 	})
 
+	// The autoscaler knows a pod's load only from its scrapes, a round a
+	// second, of the report the queue-proxy makes each second
+	// (docs/scaling.md, "Which pods go"). Until a scrape has seen the
+	// request, the busy pod counts as idle, and as the newest (maybe not
+	// scraped yet at all: it is just ready) it goes first. Nothing outside
+	// the autoscaler shows when that scrape came, so this waits out a
+	// tick's worth of rounds and reports: the sampling the feature rests
+	// on, not a synchronisation on an event.
+	time.Sleep(3 * tick)
 	setMinScale(1)
 	e.eventuallyWithin(name+" down to its busy pod", scaleTimeout, func(ctx context.Context) error {
 		p, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, busy.Name, metav1.GetOptions{})

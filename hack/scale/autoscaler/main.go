@@ -14,11 +14,19 @@
 //     second), the first scale write of a service after a time at
 //     /writes?service=ns/name&after=RFC3339, and /ready.
 //
+// With -buckets n (package shard), it is one replica of a sharded
+// autoscaler: it adds, scrapes and decides only the services of the
+// buckets -lead names, as a replica leading those buckets does. The lead
+// is fixed for the process's life: which replica leads which bucket is
+// Kubernetes' part (kube/buckets, a Lease per bucket), tested on a
+// cluster (hack/cluster/e2e).
+//
 // What it leaves out is the Kubernetes side: informers, leader election,
 // webhooks, Events, TLS and TokenReview (a shared token stands for it,
 // as in swell local).
 //
 //	autoscaler -pods pods.jsonl -listen 127.0.0.1:8080 -admin 127.0.0.1:9091 -token-file token
+//	autoscaler -pods pods.jsonl -buckets 10 -lead 0,3,6,9 ...
 package main
 
 import (
@@ -54,6 +62,7 @@ import (
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/shard"
 )
 
 // Paths of the admin port beside /metrics and /debug/pprof/.
@@ -70,6 +79,8 @@ type options struct {
 	tick             time.Duration
 	logLevel         string
 	logFormat        string
+	// lead are the buckets this process leads, of lead.Buckets().
+	lead *shard.Owned
 }
 
 func main() {
@@ -111,6 +122,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.tick, "tick-interval", autoscaling.DefaultDefaults().TickInterval, "how often every service is decided")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error (the cluster's default: info)")
 	fs.StringVar(&o.logFormat, "log-format", logging.FormatJSON, "json or console")
+	buckets := fs.Int("buckets", 1, fmt.Sprintf("`n` buckets the services are divided into (1 to %d), as the autoscaler's BUCKETS", shard.MaxBuckets))
+	lead := fs.String("lead", "", "comma-separated `buckets` this process leads, each 0 to n-1 (default all)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,14 +137,59 @@ func parseFlags(args []string) (options, error) {
 	if (o.token == "") == (o.tokenFile == "") {
 		errs = append(errs, errors.New("one of -token and -token-file is required"))
 	}
+	var err error
+	if o.lead, err = parseLead(*buckets, *lead); err != nil {
+		errs = append(errs, err)
+	}
 	return o, errors.Join(errs...)
 }
 
+// parseLead reads -buckets and -lead: the buckets led, out of n; every
+// bucket when lead is empty. Every bad element is reported.
+func parseLead(n int, lead string) (*shard.Owned, error) {
+	owned, err := shard.NewOwned(n)
+	if err != nil {
+		return nil, fmt.Errorf("-buckets: %w", err)
+	}
+	if strings.TrimSpace(lead) == "" {
+		for b := range n {
+			owned.Add(b)
+		}
+		return owned, nil
+	}
+	var errs []error
+	for f := range strings.SplitSeq(lead, ",") {
+		b, err := strconv.Atoi(strings.TrimSpace(f))
+		switch {
+		case err != nil || b < 0 || b >= n:
+			errs = append(errs, fmt.Errorf("-lead: bucket %q: accepted is a number from 0 to %d (-buckets %d)", f, n-1, n))
+		case !owned.Add(b):
+			errs = append(errs, fmt.Errorf("-lead: bucket %d is named twice", b))
+		}
+	}
+	return owned, errors.Join(errs...)
+}
+
+// ledServices are the services of svcs in the buckets lead leads.
+func ledServices(svcs []pods.Service, lead *shard.Owned) []pods.Service {
+	if lead.Len() == lead.Buckets() {
+		return svcs
+	}
+	var out []pods.Service
+	for _, s := range svcs {
+		if lead.Has(shard.Of(s.Service, lead.Buckets())) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func serve(ctx context.Context, o options, log *zap.Logger) error {
-	svcs, err := pods.ReadFile(o.pods)
+	all, err := pods.ReadFile(o.pods)
 	if err != nil {
 		return err
 	}
+	svcs := ledServices(all, o.lead)
 	npods := 0
 	for _, s := range svcs {
 		npods += len(s.Pods)
@@ -158,6 +216,13 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.lead.Buckets() > 1 {
+		// As cmd/autoscaler's, though the lead here never changes.
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "swell_autoscaler_buckets_led",
+			Help: "Buckets of services this replica leads, of BUCKETS.",
+		}, func() float64 { return float64(o.lead.Len()) }))
+	}
 	b := newBackend(clock.RealClock{})
 	specs, err := addServices(b, svcs)
 	if err != nil {
@@ -229,6 +294,7 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	})
 	ready.Store(true)
 	log.Info("autoscaler harness running", zap.Int("services", len(svcs)), zap.Int("pods", npods),
+		zap.Int("buckets", o.lead.Buckets()), zap.Ints("lead", o.lead.List()), zap.Int("fleetServices", len(all)),
 		zap.String("listen", o.listen), zap.String("admin", o.admin))
 	select {
 	case <-ctx.Done():

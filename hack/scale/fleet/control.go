@@ -59,6 +59,9 @@ type controller struct {
 	index map[string]int
 	ready atomic.Bool
 	now   func() time.Time
+	// elsewhere says the process that runs the fleet's activators, and
+	// takes its steps, is another (-share without -autoscaler).
+	elsewhere bool
 }
 
 func newController(f *fleet, loops []*loop, pokers []poker) *controller {
@@ -90,6 +93,10 @@ func (c *controller) handler() http.Handler {
 // on; a zero service wakes (its activator pokes at once) at F times its
 // level. A service is stepped once.
 func (c *controller) step(w http.ResponseWriter, r *http.Request) {
+	if c.elsewhere {
+		http.Error(w, "step: this process of the fleet runs no activator, which a woken service needs; step through the control API of the one given -autoscaler", http.StatusConflict)
+		return
+	}
 	q := r.URL.Query()
 	name := q.Get("service")
 	svc, ok := c.index[name]
@@ -116,7 +123,7 @@ func (c *controller) step(w http.ResponseWriter, r *http.Request) {
 	}
 	now := c.now()
 	at := now.Sub(c.f.epoch)
-	if !c.f.steps[svc].CompareAndSwap(nil, &Step{At: at, Factor: factor}) {
+	if !c.f.table.setStep(svc, Step{At: at, Factor: factor}) {
 		http.Error(w, fmt.Sprintf("step: %s was stepped already; step another", name), http.StatusConflict)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/swell-run/swell/activator/reporter"
 	"github.com/swell-run/swell/hack/scale/pods"
 	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
@@ -15,8 +16,8 @@ import (
 
 // fleet is every service's pattern and step and every pod's address:
 // what the loops answer scrapes from and the activators report from.
-// Nothing in it changes after start but the steps and the pods' last
-// scrape, both atomics.
+// Nothing in it changes after start but its table: the steps and the
+// pods' last scrapes, both atomics.
 type fleet struct {
 	epoch    time.Time
 	patterns []Pattern
@@ -30,11 +31,10 @@ type fleet struct {
 	actNames []string
 	actKeys  []uint64
 
-	steps []atomic.Pointer[Step]
-	// lastScraped is each pod's latest scrape, in whole seconds after the
-	// epoch (0: never): a pod scraped lately is ready, which is how the
-	// activators know a service has pods.
-	lastScraped []atomic.Int32
+	// table holds the steps and each pod's latest scrape: a pod scraped
+	// lately is ready, which is how the activators know a service has
+	// pods.
+	table *table
 
 	pokes atomic.Uint64
 }
@@ -42,15 +42,19 @@ type fleet struct {
 // namespace of every service the fleet serves.
 const namespace = "scale"
 
-func newFleet(patterns []Pattern, perSvc int, first netip.Addr, port uint16, activators int, seed uint64, epoch time.Time) (*fleet, error) {
+// newFleet returns the fleet of patterns, perSvc pods each, with its
+// table in memory when t is nil.
+func newFleet(patterns []Pattern, perSvc int, first netip.Addr, port uint16, activators int, seed uint64, epoch time.Time, t *table) (*fleet, error) {
+	if t == nil {
+		t = newTable(len(patterns), len(patterns)*perSvc)
+	}
 	f := &fleet{
-		epoch:       epoch,
-		patterns:    patterns,
-		perSvc:      perSvc,
-		seed:        seed,
-		keys:        make([]string, len(patterns)),
-		steps:       make([]atomic.Pointer[Step], len(patterns)),
-		lastScraped: make([]atomic.Int32, len(patterns)*perSvc),
+		epoch:    epoch,
+		patterns: patterns,
+		perSvc:   perSvc,
+		seed:     seed,
+		keys:     make([]string, len(patterns)),
+		table:    t,
 	}
 	for i := range patterns {
 		k, err := service.New(namespace, fmt.Sprintf("svc-%05d", i))
@@ -114,10 +118,8 @@ func (f *fleet) pod(addr netip.AddrPort) (int, bool) {
 }
 
 func (f *fleet) step(svc int) Step {
-	if s := f.steps[svc].Load(); s != nil {
-		return *s
-	}
-	return Step{}
+	s, _ := f.table.step(svc)
+	return s
 }
 
 // phase is where pod's reporting periods close within a second: a fleet's
@@ -137,7 +139,7 @@ func splitmix(x uint64) uint64 {
 // report is pod's stats report at now; it marks the pod scraped.
 func (f *fleet) report(pod int, now time.Time, shares *[stats.MaxActivatorShares]stats.ActivatorShare) stats.Report {
 	elapsed := now.Sub(f.epoch)
-	f.lastScraped[pod].Store(int32(elapsed / time.Second))
+	f.table.scraped[pod].Store(int32(elapsed / time.Second))
 	svc := pod / f.perSvc
 	return podReport(&f.patterns[svc], f.step(svc), f.epoch, elapsed, f.phase(pod), f.actKeys, shares)
 }
@@ -159,7 +161,7 @@ func (f *fleet) firstServed(svc int, at time.Duration) time.Time {
 func (f *fleet) cold(svc int, elapsed time.Duration) bool {
 	now := int32(elapsed / time.Second)
 	for pod := svc * f.perSvc; pod < (svc+1)*f.perSvc; pod++ {
-		if last := f.lastScraped[pod].Load(); last != 0 && now-last <= 2 {
+		if last := f.table.scraped[pod].Load(); last != 0 && now-last <= 2 {
 			return false
 		}
 	}
@@ -177,15 +179,25 @@ type activatorSource struct {
 	period time.Duration
 }
 
+var _ reporter.PartSource = activatorSource{}
+
 // Report implements reporter.Source.
 func (a activatorSource) Report(now time.Time, emit func(string, stats.ActivatorFigures)) {
+	a.ReportPart(now, nil, emit)
+}
+
+// ReportPart implements reporter.PartSource: the services keep accepts,
+// every one when keep is nil. A report covers the period before now
+// whichever services the last one had, so the others' periods need no
+// keeping.
+func (a activatorSource) ReportPart(now time.Time, keep func(string) bool, emit func(string, stats.ActivatorFigures)) {
 	f := a.f
 	n := float64(len(f.actKeys))
 	to := now.Sub(f.epoch)
 	from := to - a.period
 	for svc := range f.patterns {
 		p := &f.patterns[svc]
-		if !p.Proxied() {
+		if !p.Proxied() || keep != nil && !keep(f.keys[svc]) {
 			continue
 		}
 		s := f.step(svc)

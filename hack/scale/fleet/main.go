@@ -1,12 +1,12 @@
 //go:build linux
 
 // Command fleet is a fake fleet of pods for measuring the autoscaler at
-// scale: one process that serves the queue-proxy's stats endpoint
-// (GET /stats, binary stats.Report version 3, 2 or 1 or JSON by Accept,
-// as queueproxy/stats.go serves it) for tens of thousands of pods, each
-// at its own loopback address (127.1.0.1:9090, 127.1.0.2:9090, …), and
-// opens the report streams of a few activators to the autoscaler with the
-// activators' own reporter (activator/reporter).
+// scale: one process (or a few, below) that serves the queue-proxy's
+// stats endpoint (GET /stats, binary stats.Report version 3, 2 or 1 or
+// JSON by Accept, as queueproxy/stats.go serves it) for tens of thousands
+// of pods, each at its own loopback address (127.1.0.1:9090, 127.1.0.2:9090,
+// …), and opens the report streams of a few activators to the autoscaler
+// with the activators' own reporter (activator/reporter).
 //
 // Each service's load follows a pattern drawn from -seed: busy (steady),
 // bursting (periodic bursts through the activators), idle (warm pods, no
@@ -20,12 +20,29 @@
 //	fleet -services 10000 -out pods.jsonl -control 127.0.0.1:7070 \
 //	      -autoscaler ws://127.0.0.1:8080/activator -token-file token
 //
+// With -leaders, the autoscaler is sharded (package shard): each
+// activator reports each service, and pokes for it, to the autoscaler
+// replica that leads its bucket (reporter.Pool), -leaders naming the
+// replica of each bucket; -autoscaler then gives the path (and Host) of
+// the websocket. The leaders are fixed: electing them is Kubernetes'
+// part.
+//
+//	fleet ... -autoscaler ws://127.0.0.1:8081/activator \
+//	      -leaders 127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083,127.0.0.1:8081,...
+//
 // One socket listens for every pod (the port on any address of the
 // loopback device; a connection's local address names its pod), so the
-// fleet needs a file descriptor per connection and no more. Serving costs
-// one read and one write system call per scrape on a few epoll loops, so
-// that the machine's CPU goes to the autoscaler under test; a report is
-// computed when it is asked for, from the clock.
+// fleet needs a file descriptor per connection and no more. Where a
+// process's open-file limit is below the connections the autoscalers
+// keep, several processes serve one fleet: each started with the same
+// flags, the same -epoch and -share (the file of the steps and scrapes
+// they share, see table), and its own -control and -out; they share the
+// pods' port, and the kernel spreads the connections among them. Only the
+// process given -autoscaler runs the activators; step services through
+// its control API. Serving costs one read and one write system call per
+// scrape on a few epoll loops, so that the machine's CPU goes to the
+// autoscaler under test; a report is computed when it is asked for, from
+// the clock.
 package main
 
 import (
@@ -38,11 +55,13 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
 	"github.com/swell-run/swell/activator/reporter"
@@ -50,6 +69,7 @@ import (
 	"github.com/swell-run/swell/hack/scale/pods"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/shard"
 )
 
 type options struct {
@@ -62,9 +82,14 @@ type options struct {
 	loops            int
 	out, control     string
 	autoscaler       string
+	leaders          reporter.Leaders
 	token, tokenFile string
 	activators       int
-	logLevel         string
+	// epoch is when every pod's clock starts; share, the file of the
+	// table shared by the fleet's processes ("" for a fleet of one).
+	epoch    time.Time
+	share    string
+	logLevel string
 }
 
 func main() {
@@ -98,7 +123,7 @@ func run(args []string) int {
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	var o options
-	var mix, first string
+	var mix, first, leaders, epoch string
 	fs.IntVar(&o.services, "services", 1000, "services in the fleet")
 	fs.IntVar(&o.perSvc, "pods-per-service", 5, "pods of each service")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the services' kinds and loads")
@@ -112,7 +137,10 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.autoscaler, "autoscaler", "", "`URL` of the autoscaler's activator endpoint, e.g. ws://127.0.0.1:8080"+network.ActivatorReportPath+"; none: no activator reports")
 	fs.StringVar(&o.token, "token", "", "bearer token the activators present")
 	fs.StringVar(&o.tokenFile, "token-file", "", "`file` holding the bearer token, instead of -token")
-	fs.IntVar(&o.activators, "activators", 3, "fake activators reporting to the autoscaler")
+	fs.StringVar(&leaders, "leaders", "", "comma-separated `addresses` (host:port) of the autoscaler replica leading each bucket of services, in bucket order; none: one autoscaler, -autoscaler's")
+	fs.IntVar(&o.activators, "activators", 3, "fake activators reporting to the autoscaler (without -autoscaler, with -share: those of the fleet's process that runs them)")
+	fs.StringVar(&epoch, "epoch", "", "RFC 3339 `time` the pods' clocks start at, the same for every process of a fleet (default: now, to the second)")
+	fs.StringVar(&o.share, "share", "", "`file` of the steps and scrapes shared by the fleet's processes, new for each run; none: one process")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -143,17 +171,50 @@ func parseFlags(args []string) (options, error) {
 	if o.first, err = netip.ParseAddr(first); err != nil || !o.first.Is4() || !o.first.IsLoopback() {
 		errs = append(errs, fmt.Errorf("-first %q: accepted is an IPv4 loopback address, 127.0.0.0/8", first))
 	}
-	if o.autoscaler != "" {
+	o.epoch = time.Now().Truncate(time.Second)
+	if epoch != "" {
+		if o.epoch, err = time.Parse(time.RFC3339Nano, epoch); err != nil {
+			errs = append(errs, fmt.Errorf("-epoch %q: accepted is an RFC 3339 time, e.g. 2030-01-02T03:04:05Z", epoch))
+		}
+	}
+	if leaders != "" {
+		if o.leaders, err = parseLeaders(leaders); err != nil {
+			errs = append(errs, err)
+		}
+		if o.autoscaler == "" {
+			errs = append(errs, errors.New("-leaders needs -autoscaler, the websocket's URL"))
+		}
+	}
+	switch {
+	case o.autoscaler != "" || o.share != "":
 		if o.activators < 1 || o.activators > 8 {
 			errs = append(errs, fmt.Errorf("-activators %d: accepted is 1 to 8 (a pod splits its proxied load among at most 8)", o.activators))
 		}
-		if (o.token == "") == (o.tokenFile == "") {
+		if o.autoscaler != "" && (o.token == "") == (o.tokenFile == "") {
 			errs = append(errs, errors.New("-autoscaler needs one of -token and -token-file"))
 		}
-	} else {
+	default:
 		o.activators = 0
 	}
 	return o, errors.Join(errs...)
+}
+
+// parseLeaders reads -leaders: a host:port per bucket, each bucket's
+// leader. Every bad element is reported.
+func parseLeaders(s string) (reporter.Leaders, error) {
+	var l reporter.Leaders
+	var errs []error
+	for a := range strings.SplitSeq(s, ",") {
+		a = strings.TrimSpace(a)
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("-leaders: bucket %d's leader %q: accepted is host:port", len(l), a))
+		}
+		l = append(l, a)
+	}
+	if err := shard.Check(len(l)); err != nil {
+		errs = append(errs, fmt.Errorf("-leaders: %w", err))
+	}
+	return l, errors.Join(errs...)
 }
 
 func serve(ctx context.Context, o options, log *zap.Logger) error {
@@ -168,12 +229,17 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	log.Info("open-file limit", zap.Uint64("soft", before.Cur), zap.Uint64("hard", before.Max),
 		zap.Uint64("raisedSoft", after.Cur), zap.Uint64("raisedHard", after.Max))
 
-	epoch := time.Now().Truncate(time.Second)
-	f, err := newFleet(Patterns(o.services, o.mix, o.targetPerPod, o.seed), o.perSvc, o.first, uint16(o.port), o.activators, o.seed, epoch)
+	var t *table
+	if o.share != "" {
+		if t, err = mapTable(o.share, o.services, npods); err != nil {
+			return err
+		}
+	}
+	f, err := newFleet(Patterns(o.services, o.mix, o.targetPerPod, o.seed), o.perSvc, o.first, uint16(o.port), o.activators, o.seed, o.epoch, t)
 	if err != nil {
 		return err
 	}
-	lfd, err := listen(uint16(o.port))
+	lfd, err := listen(uint16(o.port), o.share != "")
 	if err != nil {
 		return err
 	}
@@ -209,22 +275,38 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	rctx, rcancel := context.WithCancel(ctx)
 	defer rcancel()
 	for i := range o.activators {
-		rep, err := reporter.New(reporter.Config{
+		if o.autoscaler == "" {
+			break // another process of the fleet runs them
+		}
+		cfg := reporter.Config{
 			URL: o.autoscaler, Token: o.token, TokenFile: o.tokenFile, Name: f.actNames[i],
 			Source: activatorSource{f: f, period: reporter.DefaultPeriod},
 			// The autoscaler may start after the fleet.
 			MaxBackoff: time.Second,
 			Logger:     log.Named(f.actNames[i]),
-		})
+		}
+		if o.leaders == nil {
+			rep, err := reporter.New(cfg)
+			if err != nil {
+				return err
+			}
+			pokers = append(pokers, rep)
+			wg.Go(func() { rep.Run(rctx) })
+			continue
+		}
+		// As cmd/activator's pool, with the leaders fixed.
+		pool, err := reporter.NewPool(reporter.PoolConfig{Config: cfg, DialerFor: dialerTo})
 		if err != nil {
 			return err
 		}
-		pokers = append(pokers, rep)
-		wg.Go(func() { rep.Run(rctx) })
+		pool.SetLeaders(o.leaders)
+		pokers = append(pokers, pool)
+		wg.Go(func() { pool.Run(rctx) })
 	}
 	wg.Go(func() { f.pokeBursts(rctx, pokers) })
 
 	ctl := newController(f, loops, pokers)
+	ctl.elsewhere = o.share != "" && o.autoscaler == ""
 	ln, err := net.Listen("tcp", o.control)
 	if err != nil {
 		return fmt.Errorf("control API: %w", err)
@@ -242,7 +324,8 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	}
 	ctl.ready.Store(true)
 	log.Info("fleet ready", zap.String("control", ln.Addr().String()), zap.String("out", o.out),
-		zap.Int("activators", o.activators), zap.String("autoscaler", o.autoscaler))
+		zap.Int("activators", len(pokers)), zap.String("autoscaler", o.autoscaler), zap.Strings("leaders", o.leaders),
+		zap.Time("epoch", o.epoch), zap.String("share", o.share))
 
 	select {
 	case <-ctx.Done():
@@ -257,6 +340,17 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	defer scancel()
 	srv.Shutdown(sctx)
 	return nil
+}
+
+// dialerTo is the websocket dialer that reaches the autoscaler replica at
+// addr whatever the URL's host.
+func dialerTo(addr string) *websocket.Dialer {
+	d := *websocket.DefaultDialer
+	d.Proxy = nil
+	d.NetDialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	return &d
 }
 
 func writeOut(path string, svcs []pods.Service) error {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"go.uber.org/zap"
 
 	"github.com/swell-run/swell/pkg/stats"
@@ -34,9 +36,9 @@ const listenerTag = -1
 // thousands of pods at once when it starts.
 const listenBacklog = 4096
 
-// epollExclusive (EPOLLEXCLUSIVE, which package syscall lacks) wakes one
-// loop per connection to accept, not all.
-const epollExclusive = 1 << 28
+// epollExclusive (EPOLLEXCLUSIVE) wakes one loop per connection to
+// accept, not all.
+const epollExclusive = unix.EPOLLEXCLUSIVE
 
 // conn is an accepted connection's state: its pod, and what it could
 // not read or write whole (rare on loopback).
@@ -68,13 +70,21 @@ type loop struct {
 
 // listen opens the socket every pod's connections arrive at: port on any
 // address of the loopback device, so that nothing from outside the
-// machine reaches it.
-func listen(port uint16) (int, error) {
+// machine reaches it. With reusePort, the fleet's other processes listen
+// on the same port (SO_REUSEPORT) and the kernel spreads the connections
+// among them.
+func listen(port uint16, reusePort bool) (int, error) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("listen on port %d: socket: %w", port, err)
 	}
-	if err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err == nil {
+	if reusePort {
+		err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}
+	if err == nil {
+		err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+	}
+	if err == nil {
 		if err = syscall.SetsockoptString(fd, syscall.SOL_SOCKET, syscall.SO_BINDTODEVICE, "lo"); err == nil {
 			if err = syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(port)}); err == nil {
 				err = syscall.Listen(fd, listenBacklog)

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -22,7 +23,10 @@ import (
 
 	"github.com/swell-run/swell/activator/reporter"
 	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/pkg/shard"
+	"github.com/swell-run/swell/pkg/stats"
 )
 
 // testFleet serves a small fleet on a free port until the test ends: a
@@ -37,12 +41,12 @@ func testFleet(t *testing.T) *fleet {
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
 	patterns := []Pattern{{Kind: Busy, Level: 60}, {Kind: Zero, Level: 35}, {Kind: Idle}}
-	f, err := newFleet(patterns, 2, netip.MustParseAddr("127.1.250.1"), port, 3, 1, time.Now().Add(-time.Minute).Truncate(time.Second))
+	f, err := newFleet(patterns, 2, netip.MustParseAddr("127.1.250.1"), port, 3, 1, time.Now().Add(-time.Minute).Truncate(time.Second), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.steps[1].Store(&Step{At: 0, Factor: 2})
-	lfd, err := listen(port)
+	f.table.setStep(1, Step{At: 0, Factor: 2})
+	lfd, err := listen(port, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +169,132 @@ func TestActivatorsReportToTheEndpoint(t *testing.T) {
 	}
 	if l := acts.Load(f.keys[0]); l.Activators != 0 {
 		t.Errorf("a busy service's load at the activators: %+v", l)
+	}
+}
+
+// Each fake activator's part of the report is the services its keep
+// accepts, as Report gives them.
+func TestReportPartIsThePartKept(t *testing.T) {
+	f := testFleet(t)
+	now := f.epoch.Add(time.Minute)
+	all := map[string]stats.ActivatorFigures{}
+	src := activatorSource{f: f, period: time.Second}
+	src.Report(now, func(k string, fig stats.ActivatorFigures) { all[k] = fig })
+	if len(all) == 0 {
+		t.Fatal("nothing reported")
+	}
+	for _, kept := range []string{f.keys[1], f.keys[0], ""} {
+		got := map[string]stats.ActivatorFigures{}
+		src.ReportPart(now, func(k string) bool { return k == kept }, func(k string, fig stats.ActivatorFigures) { got[k] = fig })
+		want := map[string]stats.ActivatorFigures{}
+		if fig, ok := all[kept]; ok {
+			want[kept] = fig
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("keeping %q: %v, want %v", kept, got, want)
+		}
+	}
+}
+
+// With the autoscaler sharded, the activators (reporter.Pool) send each
+// service's figures and pokes to the replica leading its bucket only.
+func TestActivatorPoolsReportEachBucketToItsLeader(t *testing.T) {
+	const buckets = 2
+	patterns := make([]Pattern, 8)
+	for i := range patterns {
+		patterns[i] = Pattern{Kind: Zero, Level: 35}
+	}
+	f, err := newFleet(patterns, 2, netip.MustParseAddr("127.1.250.1"), 9, 3, 1, time.Now().Add(-time.Minute).Truncate(time.Second), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inBucket := [buckets][]string{}
+	for i, k := range f.keys {
+		f.table.setStep(i, Step{Factor: 1})
+		b := shard.Of(k, buckets)
+		inBucket[b] = append(inBucket[b], k)
+	}
+	if len(inBucket[0]) == 0 || len(inBucket[1]) == 0 {
+		t.Fatalf("a bucket without services: %v", inBucket)
+	}
+	const token = "0123456789abcdef0123"
+	type replica struct {
+		acts  *collector.Activators
+		poked chan string
+		addr  string
+	}
+	var replicas [buckets]replica
+	var leaders reporter.Leaders
+	for b := range replicas {
+		r := replica{acts: collector.NewActivators(clock.RealClock{}, 0), poked: make(chan string, 16)}
+		ep, err := collector.NewActivatorEndpoint(collector.EndpointConfig{Tokens: []string{token}, Sink: r.acts,
+			OnPoke: func(s string) { r.poked <- s }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(ep)
+		t.Cleanup(srv.Close)
+		t.Cleanup(func() { ep.Close() })
+		r.addr = strings.TrimPrefix(srv.URL, "http://")
+		replicas[b] = r
+		leaders = append(leaders, r.addr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	var pools []*reporter.Pool
+	for _, name := range f.actNames {
+		// The URL's host is no replica's: each is dialled at its address.
+		p, err := reporter.NewPool(reporter.PoolConfig{
+			Config: reporter.Config{URL: "ws://autoscaler.invalid" + network.ActivatorReportPath, Token: token, Name: name,
+				Source: activatorSource{f: f, period: 100 * time.Millisecond}, Period: 100 * time.Millisecond},
+			DialerFor: dialerTo,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.SetLeaders(leaders)
+		pools = append(pools, p)
+		wg.Go(func() { p.Run(ctx) })
+	}
+	for b := range buckets {
+		pools[0].Poke(inBucket[b][0])
+	}
+
+	deadline := time.Now().Add(5 * time.Second)
+	for b, r := range replicas {
+		for _, k := range inBucket[b] {
+			for {
+				l := r.acts.Load(k)
+				if l.Activators == 3 && math.Abs(l.Concurrency-70) < 1e-6 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("bucket %d's leader has %+v for %s; want 3 activators holding 70", b, l, k)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		select {
+		case k := <-r.poked:
+			if k != inBucket[b][0] {
+				t.Errorf("bucket %d's leader was poked for %s, want %s", b, k, inBucket[b][0])
+			}
+		case <-time.After(time.Until(deadline)):
+			t.Errorf("bucket %d's leader was not poked", b)
+		}
+		for _, k := range inBucket[1-b] {
+			if l := r.acts.Load(k); l.Activators != 0 {
+				t.Errorf("bucket %d's leader has %s, of the other bucket: %+v", b, k, l)
+			}
+		}
+	}
+	for b, r := range replicas {
+		select {
+		case k := <-r.poked:
+			t.Errorf("bucket %d's leader was poked for %s too", b, k)
+		default:
+		}
 	}
 }

@@ -134,8 +134,14 @@ func TestSwellScalesOnAppGauge(t *testing.T) {
 	t.Parallel()
 	e := swellSetup(t)
 	const name = "jobs"
+	// A grace of 10 s, not 2: the jobs are queued by a request a moment
+	// after the pod is reachable, and the gauge shows them a scrape after
+	// that. A pod new enough not to have read its gauge counts 0 (as a
+	// pod without metrics does for the HPA), and on a busy machine 2 s
+	// idle from creation sent the pod away with the jobs just queued.
 	e.createHello(swellHello(name, nil, metricsAnnotations(
-		"metric", "concurrency,gauge", "gauge", "hello_jobs_waiting", "gauge-target", "2")))
+		"metric", "concurrency,gauge", "gauge", "hello_jobs_waiting", "gauge-target", "2",
+		"scale-to-zero-grace-period", "10s")))
 	e.waitReachable(name)
 	e.eventually("12 jobs queued", func(ctx context.Context) error {
 		code, body, err := e.postService(ctx, name, "/jobs?work=1s&count=12")

@@ -89,7 +89,10 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 	const name = "stream"
 	e.createHello(swellHello(name, int32p(0), map[string]string{
 		"autoscaling.swell.run/min-scale": "0",
-		"autoscaling.swell.run/max-scale": "4",
+		// Room for the load to read high: on a busy machine a 200-ms
+		// request takes longer end to end, and with too few pods allowed
+		// the spare slot below is never there.
+		"autoscaling.swell.run/max-scale": "6",
 		// A pod is asked to keep half a request in flight for each it
 		// may take (target 1 at 50 %), and takes 2 at most.
 		"autoscaling.swell.run/target":                        "1",
@@ -176,7 +179,9 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 		tally.mu.Unlock()
 		// 10 requests a second of 200 ms each keep 2 in flight: 4 pods,
 		// which have a slot to spare beyond the burst capacity (4 − 1 −
-		// 2), so the activator leaves the path.
+		// 2), so the activator leaves the path. Slower answers keep more
+		// in flight and ask for more pods, up to 6: a slot is spare up to
+		// 5 in flight, 500 ms a request.
 		stream(10, fmt.Sprintf("round %d: %s routed to its pods, answered by at least 2 of them", round, name), func(ctx context.Context) error {
 			s, err := e.routeSlice(ctx, name)
 			if err != nil {
@@ -190,9 +195,10 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 			}
 			return nil
 		})
-		// 2 a second keep 0.4 in flight: one pod, which has no slot to
-		// spare, so the activator comes back into the path.
-		stream(2, fmt.Sprintf("round %d: %s down to one pod, routed to the activators", round, name), func(ctx context.Context) error {
+		// 1 a second keeps 0.2 in flight: one pod (up to 500 ms a
+		// request), which has no slot to spare, so the activator comes
+		// back into the path.
+		stream(1, fmt.Sprintf("round %d: %s down to one pod, routed to the activators", round, name), func(ctx context.Context) error {
 			if n, err := e.replicas(ctx, name); err != nil || n != 1 {
 				return fmt.Errorf("scale %d %v, want 1", n, err)
 			}

@@ -277,8 +277,6 @@ func TestScrapeKeepsTheConnection(t *testing.T) {
 		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
 			t.Fatalf("scrape %d: %v", i, err)
 		}
-		// Let the pod's close arrive before the next scrape.
-		time.Sleep(10 * time.Millisecond)
 	}
 	if got := pod.accepts.Load(); got != 2 {
 		t.Fatalf("%d connections for 5 scrapes, the pod closing one after the third; want 2", got)
@@ -287,20 +285,19 @@ func TestScrapeKeepsTheConnection(t *testing.T) {
 		t.Fatalf("pool holds %d connections, want 1", pool.len())
 	}
 
-	// A pod that closes every connection it is idle on: each scrape on a
-	// kept connection finds it closed and dials once more, never twice.
+	// A pod that closes every connection once it has answered: each
+	// scrape on a kept connection finds it closed, whether before it
+	// writes or after, and dials once more, never twice.
 	var answered atomic.Int64
 	closer := newRawPod(t, func(c net.Conn, _ []byte) bool {
-		c.Write([]byte(ok))
 		answered.Add(1)
-		go func() { time.Sleep(5 * time.Millisecond); c.Close() }()
-		return true
+		c.Write([]byte(ok))
+		return false
 	})
 	for i := range 3 {
 		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), closer.addr(), &r); err != nil {
 			t.Fatalf("scrape %d: %v", i, err)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if a, c := answered.Load(), closer.accepts.Load(); a != 3 || c != 3 {
 		t.Fatalf("%d answers on %d connections for 3 scrapes, want 3 on 3", a, c)

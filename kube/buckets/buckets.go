@@ -155,12 +155,7 @@ func (m *Manager) changes() <-chan struct{} {
 func (m *Manager) Led() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]int, 0, len(m.led))
-	for b := range m.led {
-		out = append(out, b)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(m.led))
 }
 
 // Run takes part in every bucket's election until ctx ends; leaving, it

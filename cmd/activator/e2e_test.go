@@ -57,9 +57,25 @@ func newPod(t *testing.T) *pod {
 
 func (p *pod) start(t *testing.T, cc int) {
 	t.Helper()
-	appPort, metricsPort, adminPort := proctest.FreePort(t), proctest.FreePort(t), proctest.FreePort(t)
-	p.appURL = "http://" + proctest.Addr(appPort)
+	appPort := proctest.FreePort(t)
 	p.app = proctest.Start(t, "hello", proctest.Build(t, helloPkg), proctest.Env("PORT", strconv.Itoa(appPort), "HOST", "127.0.0.1"))
+	p.startProxy(t, cc, appPort)
+}
+
+// startHeld starts the pod's queue-proxy in front of a HeldApp instead of
+// hello, and returns the app.
+func (p *pod) startHeld(t *testing.T, cc int) *proctest.HeldApp {
+	t.Helper()
+	app := proctest.StartHeldApp(t)
+	p.startProxy(t, cc, app.Port)
+	return app
+}
+
+// startProxy starts the pod's queue-proxy in front of the app on appPort.
+func (p *pod) startProxy(t *testing.T, cc, appPort int) {
+	t.Helper()
+	metricsPort, adminPort := proctest.FreePort(t), proctest.FreePort(t)
+	p.appURL = "http://" + proctest.Addr(appPort)
 	p.qp = proctest.Start(t, "queue-proxy", proctest.Build(t, qpPkg), proctest.Env(
 		"QUEUE_SERVING_PORT", strconv.Itoa(p.servePort),
 		"QUEUE_METRICS_PORT", strconv.Itoa(metricsPort),
@@ -209,7 +225,8 @@ func TestHeldRequestsSucceedWhenPodComesUp(t *testing.T) {
 	for range n {
 		go func() { results <- a.get(ctx, "?sleep=20ms") }()
 	}
-	proctest.Eventually(t, startTimeout, func() bool { return a.queued(t) == n }, "the activator never held all %d requests", n)
+	proctest.Await(t, startTimeout, func() float64 { return a.queued(t) }, func(q float64) bool { return q == n },
+		"the activator never held all %d requests", n)
 	p.start(t, cc)
 	for range n {
 		if r := <-results; r.err != nil || r.status != http.StatusOK {
@@ -254,10 +271,9 @@ func TestReportsToAutoscaler(t *testing.T) {
 	case <-time.After(startTimeout):
 		t.Fatal("no poke")
 	}
-	proctest.Eventually(t, startTimeout, func() bool {
-		l := loads.Load(svcKey)
-		return l.Activators == 1 && l.Pending == 1 && l.Concurrency > 0
-	}, "no per-second figures: %+v", loads.Load(svcKey))
+	proctest.Await(t, startTimeout, func() collector.ActivatorLoad { return loads.Load(svcKey) },
+		func(l collector.ActivatorLoad) bool { return l.Activators == 1 && l.Pending == 1 && l.Concurrency > 0 },
+		"no per-second figures")
 	cancel()
 	<-done
 }
@@ -291,13 +307,16 @@ func TestBadConfigExits2(t *testing.T) {
 func TestSIGTERMDrainsInFlight(t *testing.T) {
 	p := newPod(t)
 	a := startActivator(t, servicesJSON(0, p), "DRAIN_QUIET_PERIOD", "200ms", "DRAIN_TIMEOUT", "20s")
-	p.start(t, 0)
+	// The app holds the request until the drain has been seen: a timed
+	// one could end, and the drain with it, before a busy machine got
+	// that far.
+	app := p.startHeld(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var r result
-	wg.Go(func() { r = a.get(ctx, "?sleep=1s") })
-	proctest.Eventually(t, startTimeout, func() bool { in, _ := p.maxInFlight(t); return in == 1 }, "request never reached the app")
+	wg.Go(func() { r = a.get(ctx, "hold") })
+	app.WaitArrived(t, startTimeout)
 	if err := a.proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +328,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusServiceUnavailable
 	}, "readiness still true while draining")
+	app.Release()
 	wg.Wait()
 	if r.err != nil || r.status != http.StatusOK {
 		t.Errorf("in-flight request: %d %v, want 200", r.status, r.err)
@@ -332,7 +352,8 @@ func TestBurstFromZeroWithPodsJoining(t *testing.T) {
 	for range n {
 		go func() { results <- a.get(ctx, "?sleep=20ms") }()
 	}
-	proctest.Eventually(t, startTimeout, func() bool { return a.queued(t) == n }, "the activator never held all %d requests", n)
+	proctest.Await(t, startTimeout, func() float64 { return a.queued(t) }, func(q float64) bool { return q == n },
+		"the activator never held all %d requests", n)
 	pods[0].start(t, cc)
 	for i := 1; i < len(pods); i++ {
 		if err := os.WriteFile(a.servicesFile, []byte(servicesJSON(cc, pods[:i+1]...)), 0o600); err != nil {
@@ -450,8 +471,8 @@ func TestQueueDrainsInArrivalOrder(t *testing.T) {
 		// The index in the path makes each request tell-apart in logs;
 		// hello serves any path.
 		go func() { order <- done{i, a.get(ctx, fmt.Sprintf("order/%d?sleep=20ms", i))} }()
-		proctest.Eventually(t, startTimeout, func() bool { return a.queued(t) == float64(i+1) },
-			"request %d never queued (gauge %v)", i, a.queued(t))
+		proctest.Await(t, startTimeout, func() float64 { return a.queued(t) }, func(q float64) bool { return q == float64(i+1) },
+			"request %d never queued", i)
 	}
 	p.start(t, cc)
 	got := make([]int, 0, n)
@@ -480,13 +501,15 @@ func TestQueueDrainsInArrivalOrder(t *testing.T) {
 func TestSIGTERMAfterLoopbackDrainKeepsDraining(t *testing.T) {
 	p := newPod(t)
 	a := startActivator(t, servicesJSON(0, p), "DRAIN_QUIET_PERIOD", "200ms", "DRAIN_TIMEOUT", "20s")
-	p.start(t, 0)
+	// The app holds the request until the signal has been taken: a timed
+	// one could end before it came, and the test would show nothing.
+	app := p.startHeld(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var r result
-	wg.Go(func() { r = a.get(ctx, "?sleep=3s") })
-	proctest.Eventually(t, startTimeout, func() bool { in, _ := p.maxInFlight(t); return in == 1 }, "request never reached the app")
+	wg.Go(func() { r = a.get(ctx, "hold") })
+	app.WaitArrived(t, startTimeout)
 	resp, err := http.Post(a.admin+network.DrainPath, "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -498,6 +521,10 @@ func TestSIGTERMAfterLoopbackDrainKeepsDraining(t *testing.T) {
 	if err := a.proc.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	proctest.Eventually(t, startTimeout, func() bool {
+		return strings.Contains(a.proc.Output(), "signal received: draining")
+	}, "the activator never took the SIGTERM")
+	app.Release()
 	wg.Wait()
 	if r.err != nil || r.status != http.StatusOK {
 		t.Errorf("in-flight request: %d %v, want 200", r.status, r.err)

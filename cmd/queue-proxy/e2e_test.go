@@ -52,8 +52,20 @@ func startPod(t *testing.T, qpEnv ...string) *pod {
 		t.Skip("end-to-end test")
 	}
 	helloBin := proctest.Build(t, helloPkg)
-	qpBin := proctest.Build(t, qpPkg)
 	appPort := proctest.FreePort(t)
+	app := proctest.Start(t, "hello", helloBin, proctest.Env("PORT", strconv.Itoa(appPort), "HOST", "127.0.0.1"))
+	p := startQueueProxy(t, appPort, qpEnv...)
+	p.app = app
+	return p
+}
+
+// startQueueProxy starts a queue-proxy in front of the app on appPort.
+func startQueueProxy(t *testing.T, appPort int, qpEnv ...string) *pod {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test")
+	}
+	qpBin := proctest.Build(t, qpPkg)
 	servePort, metricsPort, adminPort := proctest.FreePort(t), proctest.FreePort(t), proctest.FreePort(t)
 	p := &pod{
 		appPort: appPort,
@@ -62,7 +74,6 @@ func startPod(t *testing.T, qpEnv ...string) *pod {
 		metrics: "http://" + proctest.Addr(metricsPort),
 		admin:   "http://" + proctest.Addr(adminPort),
 	}
-	p.app = proctest.Start(t, "hello", helloBin, proctest.Env("PORT", strconv.Itoa(appPort), "HOST", "127.0.0.1"))
 	env := proctest.Env(
 		"QUEUE_SERVING_PORT", strconv.Itoa(servePort),
 		"QUEUE_METRICS_PORT", strconv.Itoa(metricsPort),
@@ -163,19 +174,20 @@ func TestConcurrencyLimitHoldsAtTheApp(t *testing.T) {
 }
 
 func TestOverflowGets503AndAdmittedComplete(t *testing.T) {
-	p := startPod(t, "CONTAINER_CONCURRENCY", "1", "QUEUE_DEPTH", "2")
+	app := proctest.StartHeldApp(t)
+	p := startQueueProxy(t, app.Port, "CONTAINER_CONCURRENCY", "1", "QUEUE_DEPTH", "2")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	// One request at the app, two queued behind it: the proxy is full. The
-	// first holds the app long enough for the others to queue behind it
-	// on a busy machine, where each look at the metrics takes a while.
+	// app holds the first until the overflow has been answered, however
+	// long a busy machine takes to get there.
 	admitted := make(chan result, 3)
-	go func() { admitted <- get(ctx, p.serve+"/?sleep=5s") }()
-	proctest.Eventually(t, startTimeout, func() bool { return p.appStats(t).InFlight == 1 }, "first request never reached the app")
+	go func() { admitted <- get(ctx, p.serve+"/hold") }()
+	app.WaitArrived(t, startTimeout)
 	for i := 1; i <= 2; i++ {
-		go func() { admitted <- get(ctx, p.serve+"/?sleep=10ms") }()
-		proctest.Eventually(t, startTimeout, func() bool { return p.metric(t, "swell_queue_queued_requests") == float64(i) },
+		go func() { admitted <- get(ctx, p.serve+"/") }()
+		proctest.Await(t, startTimeout, func() float64 { return p.metric(t, "swell_queue_queued_requests") }, func(q float64) bool { return q == float64(i) },
 			"request %d never queued", i)
 	}
 
@@ -185,6 +197,7 @@ func TestOverflowGets503AndAdmittedComplete(t *testing.T) {
 			t.Fatalf("overflow request: status %d reason %q err %v; want 503 %q", r.status, r.reason, r.err, network.ReasonQueueFull)
 		}
 	}
+	app.Release()
 	for range 3 {
 		if r := <-admitted; r.err != nil || r.status != http.StatusOK {
 			t.Errorf("admitted request: status %d err %v", r.status, r.err)
@@ -294,10 +307,14 @@ func TestStreamArrivesInPieces(t *testing.T) {
 }
 
 func TestSIGTERMDrainsInFlight(t *testing.T) {
-	p := startPod(t, "DRAIN_QUIET_PERIOD", "200ms", "DRAIN_TIMEOUT", "20s")
+	// The app holds the first request until the drain has been seen and a
+	// request served during it: a timed one could end, and the drain with
+	// it, before a busy machine got that far.
+	app := proctest.StartHeldApp(t)
+	p := startQueueProxy(t, app.Port, "DRAIN_QUIET_PERIOD", "200ms", "DRAIN_TIMEOUT", "20s")
 	done := make(chan result, 1)
-	go func() { done <- get(context.Background(), p.serve+"/?sleep=1s") }()
-	proctest.Eventually(t, startTimeout, func() bool { return p.appStats(t).InFlight == 1 }, "request never reached the app")
+	go func() { done <- get(context.Background(), p.serve+"/hold") }()
+	app.WaitArrived(t, startTimeout)
 
 	if err := p.qp.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -309,6 +326,7 @@ func TestSIGTERMDrainsInFlight(t *testing.T) {
 	if r := get(context.Background(), p.serve+"/"); r.err != nil || r.status != http.StatusOK {
 		t.Errorf("request during drain: status %d err %v", r.status, r.err)
 	}
+	app.Release()
 	if r := <-done; r.err != nil || r.status != http.StatusOK {
 		t.Errorf("in-flight request: status %d err %v; want 200", r.status, r.err)
 	}

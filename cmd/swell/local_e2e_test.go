@@ -115,6 +115,13 @@ func (r *localRun) get(t *testing.T, path string, hdr ...string) (int, string) {
 	return res.StatusCode, string(b)
 }
 
+// awaitStatus polls the one service's status until ok accepts it, and
+// returns it; a failure shows the last status seen.
+func (r *localRun) awaitStatus(t *testing.T, ok func(local.ServiceStatus) bool, msg string, args ...any) local.ServiceStatus {
+	t.Helper()
+	return proctest.Await(t, e2eWait, func() local.ServiceStatus { return r.status(t) }, ok, msg, args...)
+}
+
 func (r *localRun) waitOutput(t *testing.T, want string) {
 	t.Helper()
 	proctest.Eventually(t, e2eWait, func() bool { return strings.Contains(r.p.Output(), want) },
@@ -137,15 +144,11 @@ func TestLocalFromZeroAndBackToZero(t *testing.T) {
 	r.waitOutput(t, "hello: scale 0→1 (poke)")
 	// The activator's own probe may find the replica ready a little
 	// before the backend's readiness poll does.
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Ready == 1 && st.Desired == 1
-	}, "after the first request: want 1 ready of 1 desired")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Ready == 1 && st.Desired == 1 },
+		"after the first request: want 1 ready of 1 desired")
 
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Desired == 0 && len(st.Replicas) == 0
-	}, "the service did not scale to zero")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired == 0 && len(st.Replicas) == 0 },
+		"the service did not scale to zero")
 	r.waitOutput(t, "hello: scale 1→0 (scale to zero after 1s idle)")
 	code, body = r.get(t, "/")
 	if code != http.StatusOK || !strings.Contains(body, "(replica 2)") {
@@ -234,11 +237,9 @@ func TestLocalScaleDownLosesNothing(t *testing.T) {
 	// workers back to back on 200 ms requests, 3 replicas' worth, for 10 s.
 	go run("light", loadgen.Config{URL: r.url + "/?sleep=20ms", Rate: 10, Duration: 40 * time.Second})
 	go run("heavy", loadgen.Config{URL: r.url + "/?sleep=200ms", Workers: 6, Duration: 10 * time.Second})
-	proctest.Eventually(t, e2eWait, func() bool { return r.status(t).Ready == 3 }, "the heavy phase did not scale to 3")
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Desired < 3 && len(st.Replicas) == st.Desired
-	}, "the service did not scale down once the heavy phase ended")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Ready == 3 }, "the heavy phase did not scale to 3")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired < 3 && len(st.Replicas) == st.Desired },
+		"the service did not scale down once the heavy phase ended")
 	for range 2 {
 		o := <-done
 		if o.err != nil {
@@ -256,7 +257,7 @@ func TestLocalScaleDownLosesNothing(t *testing.T) {
 // outside is restarted, reported, and serves again.
 func TestLocalCrashedReplicaIsReplaced(t *testing.T) {
 	r := startLocal(t, "--demo", "--min-scale", "1")
-	proctest.Eventually(t, e2eWait, func() bool { return r.status(t).Ready == 1 }, "the replica never became ready")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Ready == 1 }, "the replica never became ready")
 	apps := descendants(r.p.Cmd.Process.Pid, "hello")
 	if len(apps) != 1 {
 		t.Fatalf("found %d app processes (%v), want 1", len(apps), apps)
@@ -265,8 +266,7 @@ func TestLocalCrashedReplicaIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitOutput(t, "replica hello-1 crashed")
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
+	r.awaitStatus(t, func(st local.ServiceStatus) bool {
 		return st.Ready == 1 && len(st.Replicas) == 1 && st.Replicas[0].Restarts == 1
 	}, "the crashed replica was not restarted")
 	if code, _ := r.get(t, "/"); code != http.StatusOK {
@@ -281,7 +281,7 @@ func TestLocalLeavesNoProcess(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			r := startLocal(t, "--demo", "--min-scale", "2")
-			proctest.Eventually(t, e2eWait, func() bool { return r.status(t).Ready == 2 }, "two replicas never became ready")
+			r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Ready == 2 }, "two replicas never became ready")
 			kids := descendants(r.p.Cmd.Process.Pid, "")
 			if len(kids) < 4 {
 				t.Fatalf("found %d processes under swell local, want at least 4 (2 × queue-proxy and app)", len(kids))

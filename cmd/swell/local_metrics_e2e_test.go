@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/swell-run/swell/internal/proctest"
+	"github.com/swell-run/swell/local"
 )
 
 // steady sends GET path at rate a second until ctx ends, each on its own
@@ -59,21 +60,15 @@ func TestLocalScalesOnCPU(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() { done <- steady(ctx, r, "/?cpu=50ms", 4) }()
-	var reason string
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		reason = st.Reason
-		return st.Desired >= 3 && strings.HasPrefix(st.Reason, "cpu: ")
-	}, "the service never scaled to 3 or more on its CPU")
+	st := r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired >= 3 && strings.HasPrefix(st.Reason, "cpu: ") },
+		"the service never scaled to 3 or more on its CPU")
 	cancel()
 	if bad := <-done; bad > 0 {
 		t.Errorf("%d requests were not answered 200", bad)
 	}
-	t.Logf("scaled on CPU: %s", reason)
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Desired == 0 && len(st.Replicas) == 0
-	}, "the service did not go back to zero once idle")
+	t.Logf("scaled on CPU: %s", st.Reason)
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired == 0 && len(st.Replicas) == 0 },
+		"the service did not go back to zero once idle")
 }
 
 // TestLocalScalesOnAppGauge: jobs queued in the app, with one short
@@ -93,17 +88,11 @@ func TestLocalScalesOnAppGauge(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST /jobs: %d %q", res.StatusCode, body)
 	}
-	var reason string
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		reason = st.Reason
-		return st.Desired >= 3 && strings.HasPrefix(st.Reason, "gauge: ")
-	}, "the service never scaled to 3 or more on the gauge")
-	t.Logf("scaled on the gauge: %s", reason)
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Desired == 0 && len(st.Replicas) == 0
-	}, "the service did not go back to zero once the jobs were done")
+	st := r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired >= 3 && strings.HasPrefix(st.Reason, "gauge: ") },
+		"the service never scaled to 3 or more on the gauge")
+	t.Logf("scaled on the gauge: %s", st.Reason)
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired == 0 && len(st.Replicas) == 0 },
+		"the service did not go back to zero once the jobs were done")
 }
 
 // TestLocalBadGaugeKeepsScaling: an app whose gauge is not there is told
@@ -119,8 +108,6 @@ func TestLocalBadGaugeKeepsScaling(t *testing.T) {
 		t.Errorf("%d requests were not answered 200", bad)
 	}
 	r.waitOutput(t, "app gauge hello_jobs_waitin unreadable on 1 replicas: missing")
-	proctest.Eventually(t, e2eWait, func() bool {
-		st := r.status(t)
-		return st.Desired == 0 && len(st.Replicas) == 0
-	}, "the service did not go to zero")
+	r.awaitStatus(t, func(st local.ServiceStatus) bool { return st.Desired == 0 && len(st.Replicas) == 0 },
+		"the service did not go to zero")
 }

@@ -235,6 +235,82 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 	}
 }
 
+// Await polls observe every few milliseconds until ok accepts what it
+// returned, and returns that; after timeout it fails the test with msg and
+// the last value observed, so the failure shows how far the other process
+// got. For state owned by another process, which a test cannot be notified
+// of.
+func Await[T any](t testing.TB, timeout time.Duration, observe func() T, ok func(T) bool, msg string, args ...any) T {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v := observe()
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s; last observed: %+v", timeout, fmt.Sprintf(msg, args...), v)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// HeldApp is an app in the test process that holds each request to /hold
+// until the test releases them all, so that a test needing a request in
+// flight while it acts holds one as long as that takes, rather than for a
+// guessed time a busy machine may overrun. Other paths answer at once.
+type HeldApp struct {
+	// Port is where it listens, on loopback.
+	Port    int
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+// StartHeldApp starts a HeldApp, closed when the test ends.
+func StartHeldApp(t testing.TB) *HeldApp {
+	t.Helper()
+	h := &HeldApp{arrived: make(chan struct{}, 64), release: make(chan struct{})}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			select {
+			case h.arrived <- struct{}{}:
+			default:
+			}
+			select {
+			case <-h.release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		w.Write([]byte("ok\n"))
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("held app: %v", err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		h.Release()
+		srv.Close()
+	})
+	h.Port = ln.Addr().(*net.TCPAddr).Port
+	return h
+}
+
+// WaitArrived waits until a request has reached /hold.
+func (h *HeldApp) WaitArrived(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-h.arrived:
+	case <-time.After(timeout):
+		t.Fatalf("no request reached the held app's /hold within %v", timeout)
+	}
+}
+
+// Release answers every request held, and those to come.
+func (h *HeldApp) Release() { h.once.Do(func() { close(h.release) }) }
+
 // Addr formats a loopback host:port.
 func Addr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 

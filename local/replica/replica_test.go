@@ -211,7 +211,7 @@ func TestCrashedProcessIsRestarted(t *testing.T) {
 
 	// The app: the replica is not ready as soon as it is gone.
 	syscall.Kill(app, syscall.SIGKILL)
-	proctest.Eventually(t, time.Second, func() bool { return !r.Ready() }, "still ready after the app was killed")
+	proctest.Eventually(t, waitFor, func() bool { return !r.Ready() }, "still ready after the app was killed")
 	waitReady(t, r)
 	app2, queue2 := r.pids()
 	if app2 == app || queue2 != queue {
@@ -226,7 +226,7 @@ func TestCrashedProcessIsRestarted(t *testing.T) {
 
 	// The queue-proxy, alone.
 	syscall.Kill(queue2, syscall.SIGKILL)
-	proctest.Eventually(t, time.Second, func() bool { return !r.Ready() }, "still ready after the queue-proxy was killed")
+	proctest.Eventually(t, waitFor, func() bool { return !r.Ready() }, "still ready after the queue-proxy was killed")
 	waitReady(t, r)
 	app3, queue3 := r.pids()
 	if app3 != app2 || queue3 == queue2 {
@@ -353,7 +353,7 @@ func TestProcessGroupDies(t *testing.T) {
 			}
 			// The grandchild is not ours to reap: SIGKILL was sent to its
 			// group, and the kernel ends it a moment later.
-			proctest.Eventually(t, time.Second, func() bool { return gone(child) }, "grandchild %d still running after %s", child, how)
+			proctest.Eventually(t, waitFor, func() bool { return gone(child) }, "grandchild %d still running after %s", child, how)
 		})
 	}
 }

@@ -98,7 +98,15 @@ soak:
 ## cluster running Swell's images, all torn down after. The first run
 ## builds etcd, Kubernetes, containerd and the CNI plugins from the module
 ## proxy (cached after). Needs root, iproute2, runc and iptables.
+## It prints a table of each test's passes and failures, also written to
+## $(BIN)/e2e.md. E2E_REPEAT=N runs the suite N times, each in a fresh
+## cluster, to measure flakiness; E2E_STRESS=1 runs it beside a CPU hog
+## that keeps every core busy, as a shared CI machine may. A failed run
+## keeps its cluster's logs, and each failed test the logs of its pods and
+## of Swell's (hack/cluster/README.md).
 CLUSTER ?= dev
+E2E_REPEAT ?= 1
+E2E_STRESS ?=
 
 # Built rather than run with `go run`, so that `cluster-down` works
 # whatever the tree holds by then.
@@ -109,7 +117,7 @@ e2e: swell-cluster
 	cd hack/cluster && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster build >/dev/null
 	cd hack/cluster && SWELL_CLUSTER_IT=1 $(GO) test -count=1 -timeout 15m ./controlplane ./node
-	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster e2e
+	cd hack/cluster && $(CURDIR)/$(BIN)/swell-cluster e2e --repeat $(E2E_REPEAT) $(if $(E2E_STRESS),--stress) --report $(CURDIR)/$(BIN)/e2e.md
 
 ## chaos: the chaos suite (docs/reliability.md): a fresh cluster running
 ## Swell's images, a steady open-loop load at a service's ClusterIP, and

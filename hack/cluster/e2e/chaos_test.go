@@ -137,7 +137,7 @@ func TestChaos(t *testing.T) {
 		"swell.run/container-concurrency":             "10",
 		"autoscaling.swell.run/target-burst-capacity": "4",
 	}))
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 	base, err := e.serviceURL(t.Context(), name, "")
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -113,6 +114,8 @@ func setup(t *testing.T) *env {
 			t.Errorf("delete namespace %s: %v", e.ns, err)
 		}
 	})
+	// Before the namespace goes: cleanups run last registered first.
+	t.Cleanup(e.keepNamespaceEvidence)
 	e.eventually("ServiceAccount default in namespace "+e.ns, func(ctx context.Context) error {
 		_, err := cs.CoreV1().ServiceAccounts(e.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
@@ -148,8 +151,9 @@ func (e *env) eventually(what string, cond func(ctx context.Context) error) {
 }
 
 // eventuallyWithin polls cond until it returns nil, for at most timeout, and
-// fails the test naming what did not happen, cond's last error (which says
-// what it saw instead) and the namespace's pods and events as they are then.
+// fails the test naming what did not happen and cond's last error, which
+// says what it saw instead (the namespace's pods and events follow, from
+// the test's cleanup).
 func (e *env) eventuallyWithin(what string, timeout time.Duration, cond func(ctx context.Context) error) {
 	e.t.Helper()
 	start := time.Now()
@@ -163,13 +167,13 @@ func (e *env) eventuallyWithin(what string, timeout time.Duration, cond func(ctx
 		return err == nil, nil
 	})
 	if err != nil {
-		e.t.Fatalf("%s: not within %s\nlast seen: %v\n%s", what, timeout, last, e.describe())
+		e.t.Fatalf("%s: not within %s\nlast seen: %v", what, timeout, last)
 	}
 	e.t.Logf("%s after %s", what, time.Since(start).Round(time.Millisecond))
 }
 
 // consistently polls cond for d and fails the test as soon as it returns an
-// error, showing the namespace's pods and events.
+// error, saying what broke.
 func (e *env) consistently(what string, d time.Duration, cond func(ctx context.Context) error) {
 	e.t.Helper()
 	// The window is kept apart from the context cond gets: a poll's
@@ -185,7 +189,7 @@ func (e *env) consistently(what string, d time.Duration, cond func(ctx context.C
 		return broken != nil, nil
 	})
 	if broken != nil {
-		e.t.Fatalf("%s: broken: %v\n%s", what, broken, e.describe())
+		e.t.Fatalf("%s: broken: %v", what, broken)
 	}
 	if err != nil {
 		e.t.Fatalf("%s: %v", what, err)
@@ -501,33 +505,136 @@ func (e *env) serviceURL(ctx context.Context, service, path string) (string, err
 	return "http://" + net.JoinHostPort(s.Spec.ClusterIP, fmt.Sprint(s.Spec.Ports[0].Port)) + path, nil
 }
 
-// waitReachable waits until the Service's ClusterIP accepts a connection
-// (see reachable).
-func (e *env) waitReachable(service string) {
+// waitProxied waits until kube-proxy sends new connections to the Swell
+// service's ClusterIP to exactly the endpoints its route slice lists, the
+// slice routing to route ("pods" or "activator"; "" for either). A
+// written slice says nothing yet of where a connection goes: kube-proxy
+// programs it a moment later, and a client sent before then is refused, or
+// reaches what the slice listed before.
+func (e *env) waitProxied(service, route string) {
 	e.t.Helper()
-	e.eventually("the ClusterIP of service "+service+" accepting connections", func(ctx context.Context) error {
-		return reachable(ctx, e.cs, e.ns, service)
+	what := "kube-proxy sending the ClusterIP of " + service + " to what Swell's EndpointSlice lists"
+	if route != "" {
+		what += ", routed to the " + route
+	}
+	e.eventually(what, func(ctx context.Context) error {
+		if route != "" {
+			if err := e.routeIs(ctx, service, route); err != nil {
+				return err
+			}
+		}
+		return proxiedAsListed(ctx, e.cs, e.ns, service)
 	})
 }
 
-// reachable says whether the ClusterIP of the Service ns/name accepts a
-// connection at its first port: kube-proxy has programmed it with ready
-// endpoints. Until then a client is refused (no endpoints) or not answered
-// at all. It sends no request, so nothing is counted or scaled.
-func reachable(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
-	s, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+// proxiedAsListed reports, as an error, when kube-proxy does not send new
+// connections to the ClusterIP of the Service ns/name to exactly the ready
+// endpoints its EndpointSlices list, or when they list none.
+func proxiedAsListed(ctx context.Context, cs kubernetes.Interface, ns, name string) error {
+	list, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=" + name,
+	})
 	if err != nil {
 		return err
 	}
-	if len(s.Spec.Ports) == 0 {
-		return fmt.Errorf("service %s/%s has no port", ns, name)
+	var ready []string
+	for _, s := range list.Items {
+		for _, p := range s.Ports {
+			for _, ep := range s.Endpoints {
+				if p.Port == nil || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
+					continue
+				}
+				for _, a := range ep.Addresses {
+					ready = append(ready, net.JoinHostPort(a, fmt.Sprint(*p.Port)))
+				}
+			}
+		}
 	}
-	d := net.Dialer{Timeout: time.Second}
-	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(s.Spec.ClusterIP, fmt.Sprint(s.Spec.Ports[0].Port)))
+	if len(ready) == 0 {
+		return fmt.Errorf("service %s/%s has no ready endpoint", ns, name)
+	}
+	slices.Sort(ready)
+	got, err := kubeProxyDestinations(ctx, ns, name)
 	if err != nil {
-		return fmt.Errorf("service %s/%s: %w", ns, name, err)
+		return err
 	}
-	return c.Close()
+	if !slices.Equal(got, slices.Compact(ready)) {
+		return fmt.Errorf("kube-proxy sends the ClusterIP of %s/%s to %v, its ready endpoints are %v", ns, name, got, ready)
+	}
+	return nil
+}
+
+// iptablesComment matches kube-proxy's comment on the rules of one port of
+// a Service: "ns/name:port", or "ns/name" for a single unnamed port.
+var iptablesComment = regexp.MustCompile(`--comment "?([^" :]+/[^" :]+)(:[^" ]*)?[ "]`)
+
+// kubeProxyDestinations reads the rules kube-proxy (in iptables mode, as
+// the node runs it) programmed in the cluster's network namespace, where
+// the suite runs, and returns the sorted ip:port destinations it sends new
+// connections to the ClusterIP of the Service ns/name to: none until it
+// has seen ready endpoints for it.
+func kubeProxyDestinations(ctx context.Context, ns, name string) ([]string, error) {
+	bin, err := exec.LookPath("iptables-save")
+	if err != nil {
+		bin = "/usr/sbin/iptables-save"
+	}
+	out, err := exec.CommandContext(ctx, bin, "-t", "nat").Output()
+	if err != nil {
+		return nil, fmt.Errorf("read kube-proxy's rules: %s: %w", bin, err)
+	}
+	return parseKubeProxyRules(string(out), ns+"/"+name), nil
+}
+
+// parseKubeProxyRules follows the iptables-save output of kube-proxy's nat
+// table from the Service's cluster-IP rule in KUBE-SERVICES, through its
+// KUBE-SVC chain, to the DNAT of each KUBE-SEP chain it jumps to.
+func parseKubeProxyRules(rules, service string) []string {
+	jump := func(line string) string {
+		_, after, ok := strings.Cut(line, " -j ")
+		if !ok {
+			return ""
+		}
+		return strings.Fields(after)[0]
+	}
+	ofService := func(line string) bool {
+		m := iptablesComment.FindStringSubmatch(line)
+		return m != nil && m[1] == service
+	}
+	svcChains := map[string]bool{}
+	sepChains := map[string]bool{}
+	dnat := map[string]string{}
+	var lines []string
+	for line := range strings.Lines(rules) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "-A ") {
+			continue
+		}
+		lines = append(lines, line)
+		chain := strings.Fields(line)[1]
+		j := jump(line)
+		switch {
+		case chain == "KUBE-SERVICES" && strings.HasPrefix(j, "KUBE-SVC-") && ofService(line) && strings.Contains(line, "cluster IP"):
+			svcChains[j] = true
+		case strings.HasPrefix(chain, "KUBE-SEP-") && j == "DNAT":
+			if _, to, ok := strings.Cut(line, "--to-destination "); ok {
+				dnat[chain] = strings.Fields(to)[0]
+			}
+		}
+	}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		if svcChains[f[1]] && strings.HasPrefix(jump(line), "KUBE-SEP-") {
+			sepChains[jump(line)] = true
+		}
+	}
+	var dests []string
+	for sep := range sepChains {
+		if d, ok := dnat[sep]; ok {
+			dests = append(dests, d)
+		}
+	}
+	slices.Sort(dests)
+	return slices.Compact(dests)
 }
 
 // podProcess returns the PID of a process of the pod: one in the pod's

@@ -65,10 +65,10 @@ func TestDeploymentBecomesReadyEndpoints(t *testing.T) {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				t.Fatalf("pod watch ended before %d pods were Ready\n%s", replicas, e.describe())
+				t.Fatalf("pod watch ended before %d pods were Ready", replicas)
 			}
 			if ev.Type == watch.Error {
-				t.Fatalf("pod watch: %v\n%s", ev.Object, e.describe())
+				t.Fatalf("pod watch: %v", ev.Object)
 			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
@@ -85,7 +85,7 @@ func TestDeploymentBecomesReadyEndpoints(t *testing.T) {
 				h.runningUnready = true
 			}
 		case <-timeout:
-			t.Fatalf("%d of %d pods Ready after %s\n%s", readyPods(), replicas, waitTimeout, e.describe())
+			t.Fatalf("%d of %d pods Ready after %s", readyPods(), replicas, waitTimeout)
 		}
 	}
 
@@ -201,7 +201,7 @@ func TestScaleSubresource(t *testing.T) {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
-				t.Fatalf("pod watch ended with %d of %d pods deleted\n%s", len(deleted), len(removed), e.describe())
+				t.Fatalf("pod watch ended with %d of %d pods deleted", len(deleted), len(removed))
 			}
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
@@ -212,7 +212,7 @@ func TestScaleSubresource(t *testing.T) {
 				deleted[p.Name] = true
 			}
 		case <-timeout:
-			t.Fatalf("%d of %d pods of %s deleted from the API after scaling to 0\n%s", len(deleted), len(removed), name, e.describe())
+			t.Fatalf("%d of %d pods of %s deleted from the API after scaling to 0", len(deleted), len(removed), name)
 		}
 	}
 	e.eventually("no endpoints for "+name, func(ctx context.Context) error {

@@ -165,7 +165,7 @@ func TestScaleOnTheAPIServer(t *testing.T) {
 			}
 			return e.routeIs(ctx, name, "activator")
 		})
-		e.waitReachable(name)
+		e.waitProxied(name, "activator")
 		t1 := time.Now()
 		code, body, err := e.viaService(ctx, name, "/")
 		if err != nil || code != http.StatusOK {

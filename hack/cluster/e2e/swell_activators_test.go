@@ -77,18 +77,21 @@ func TestSwellPodsCountEachActivator(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
+	var lost []string
 	for range 4 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 				req.Host = name + "." + e.ns + ".svc.cluster.local"
 				res, err := client.Do(req)
-				if err != nil {
-					continue
-				}
-				res.Body.Close()
 				mu.Lock()
-				codes[res.StatusCode]++
+				switch {
+				case err == nil:
+					res.Body.Close()
+					codes[res.StatusCode]++
+				case ctx.Err() == nil:
+					lost = append(lost, err.Error())
+				}
 				mu.Unlock()
 			}
 		})
@@ -146,5 +149,8 @@ func TestSwellPodsCountEachActivator(t *testing.T) {
 		if code != http.StatusOK {
 			t.Errorf("%d answers with status %d, want all 200", n, code)
 		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d requests failed, the first: %s", len(lost), lost[0])
 	}
 }

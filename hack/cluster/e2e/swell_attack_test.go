@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/swell-run/swell/hack/cluster/netns"
 	"github.com/swell-run/swell/hack/cluster/nodeimages"
@@ -125,6 +126,17 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An activator knows a caller's namespace from its pods informer: a
+	// pod just started is a stranger to it for a moment, and refused as
+	// one. The friend is told apart once every activator has seen it.
+	e.eventually("every activator admitting the friend", func(ctx context.Context) error {
+		for _, a := range acts {
+			if code, reason, err := try(friend, http.MethodGet, "http://"+a+"/", host, nil); err != nil || code != http.StatusOK {
+				return fmt.Errorf("activator %s answered the friend %d %q %v", a, code, reason, err)
+			}
+		}
+		return nil
+	})
 	activatorIP, _, _ := net.SplitHostPort(acts[0])
 	victimQP := "http://" + net.JoinHostPort(victim.Status.PodIP, "8012")
 	victimAdmin := "http://" + net.JoinHostPort(victim.Status.PodIP, "8022")
@@ -308,7 +320,11 @@ func autoscalerAddr(ctx context.Context, e *env) (string, error) {
 // only the CAs of the ConfigMap it publishes for the activators, for the
 // name the activators dial.
 func (e *env) autoscalerGet(ctx context.Context, addr, path string) (int, string, error) {
-	cm, err := e.cs.CoreV1().ConfigMaps(swellNamespace).Get(ctx, "swell-ca", metav1.GetOptions{})
+	return autoscalerGet(ctx, e.cs, addr, path)
+}
+
+func autoscalerGet(ctx context.Context, cs kubernetes.Interface, addr, path string) (int, string, error) {
+	cm, err := cs.CoreV1().ConfigMaps(swellNamespace).Get(ctx, "swell-ca", metav1.GetOptions{})
 	if err != nil {
 		return 0, "", err
 	}

@@ -85,13 +85,14 @@ func TestSwellScalesOnCPU(t *testing.T) {
 	d := swellHello(name, nil, metricsAnnotations("metric", "cpu", "cpu-target", "35%"))
 	d.Spec.Template.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
 	e.createHello(d)
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 
 	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
+	var lost []string
 	tick := time.NewTicker(250 * time.Millisecond)
 	wg.Go(func() {
 		defer tick.Stop()
@@ -102,12 +103,14 @@ func TestSwellScalesOnCPU(t *testing.T) {
 			case <-tick.C:
 				wg.Go(func() {
 					code, _, err := e.viaService(ctx, name, "/?cpu=100ms")
-					if err != nil {
-						return
-					}
 					mu.Lock()
-					codes[code]++
-					mu.Unlock()
+					defer mu.Unlock()
+					switch {
+					case err == nil:
+						codes[code]++
+					case ctx.Err() == nil:
+						lost = append(lost, err.Error())
+					}
 				})
 			}
 		}
@@ -121,6 +124,9 @@ func TestSwellScalesOnCPU(t *testing.T) {
 		if code != http.StatusOK {
 			t.Errorf("%d answers with status %d; want all 200", n, code)
 		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d requests failed, the first: %s", len(lost), lost[0])
 	}
 	mu.Unlock()
 	e.backToZero(name)
@@ -142,7 +148,7 @@ func TestSwellScalesOnAppGauge(t *testing.T) {
 	e.createHello(swellHello(name, nil, metricsAnnotations(
 		"metric", "concurrency,gauge", "gauge", "hello_jobs_waiting", "gauge-target", "2",
 		"scale-to-zero-grace-period", "10s")))
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 	e.eventually("12 jobs queued", func(ctx context.Context) error {
 		code, body, err := e.postService(ctx, name, "/jobs?work=1s&count=12")
 		if err != nil {
@@ -165,7 +171,7 @@ func TestSwellTellsABadGauge(t *testing.T) {
 	const name = "badgauge"
 	e.createHello(swellHello(name, nil, metricsAnnotations(
 		"metric", "concurrency,gauge", "gauge", "hello_jobs_waitin", "gauge-target", "2", "min-scale", "1")))
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 	e.eventuallyWithin("a GaugeUnreadable warning on "+name, scaleTimeout, func(ctx context.Context) error {
 		evs, err := e.events(ctx, name)
 		if err != nil {

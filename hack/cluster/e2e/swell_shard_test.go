@@ -82,6 +82,7 @@ func TestSwellShardedBuckets(t *testing.T) {
 	}
 	for _, name := range names {
 		e.waitServingSwell(name, 1)
+		e.waitProxied(name, "pods")
 	}
 
 	// Each replica decides exactly the services of the buckets it leads.
@@ -152,7 +153,7 @@ func TestSwellShardedBuckets(t *testing.T) {
 	e.eventually("shard-cold routed to the activators", func(ctx context.Context) error {
 		return e.routeIs(ctx, "shard-cold", "activator")
 	})
-	e.waitReachable("shard-cold")
+	e.waitProxied("shard-cold", "activator")
 	if code, body, err := e.viaService(t.Context(), "shard-cold", "/"); err != nil || code != http.StatusOK {
 		t.Fatalf("GET shard-cold at zero (bucket %d, led by %s): %d %q %v", bucketOf(e.ns, "shard-cold", shardBuckets),
 			holders[bucketOf(e.ns, "shard-cold", shardBuckets)], code, body, err)
@@ -279,6 +280,11 @@ type shardService struct {
 	Name      string    `json:"name"`
 	Decided   bool      `json:"decided"`
 	Time      time.Time `json:"time"` // the latest decision's
+	// LastSample is the newest second of the service's load collected.
+	LastSample *struct {
+		Time        time.Time `json:"time"`
+		Concurrency float64   `json:"concurrency"`
+	} `json:"lastSample"`
 	Decisions []struct {
 		Time time.Time `json:"time"`
 	} `json:"decisions"`
@@ -297,12 +303,17 @@ func (s shardService) firstDecision() time.Time {
 }
 
 func (e *env) replicaStatus(ctx context.Context, pod string) (shardStatus, error) {
+	return replicaStatus(ctx, e.cs, pod)
+}
+
+// replicaStatus reads the /status of the autoscaler pod.
+func replicaStatus(ctx context.Context, cs kubernetes.Interface, pod string) (shardStatus, error) {
 	var st shardStatus
-	p, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, pod, metav1.GetOptions{})
+	p, err := cs.CoreV1().Pods(swellNamespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return st, err
 	}
-	code, body, err := e.autoscalerGet(ctx, net.JoinHostPort(p.Status.PodIP, "8080"), "/status")
+	code, body, err := autoscalerGet(ctx, cs, net.JoinHostPort(p.Status.PodIP, "8080"), "/status")
 	if err != nil || code != http.StatusOK {
 		return st, fmt.Errorf("GET /status of %s: %d %v", pod, code, err)
 	}
@@ -310,6 +321,55 @@ func (e *env) replicaStatus(ctx context.Context, pod string) (shardStatus, error
 		return st, fmt.Errorf("status of %s %q: %w", pod, body, err)
 	}
 	return st, nil
+}
+
+// activatorsConnected reports, as an error, when an autoscaler replica
+// that leads a bucket does not have every ready activator connected: the
+// autoscaler holds a service at zero until an activator it hears from
+// pokes it.
+func activatorsConnected(ctx context.Context, cs kubernetes.Interface) error {
+	ready, err := readyAutoscalers(ctx, cs)
+	if err != nil {
+		return err
+	}
+	leases, err := cs.CoordinationV1().Leases(swellNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	leaders := map[string]bool{}
+	for _, l := range leases.Items {
+		// A Lease of another number of buckets may linger, held by a
+		// replica long gone.
+		h := ptrOr(l.Spec.HolderIdentity, "")
+		if (l.Name == leaseName || strings.HasPrefix(l.Name, leaseName+"-")) && slices.Contains(ready, h) {
+			leaders[h] = true
+		}
+	}
+	if len(leaders) == 0 {
+		return fmt.Errorf("no ready autoscaler replica of %v leads", ready)
+	}
+	pods, err := cs.CoreV1().Pods(swellNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=swell-activator"})
+	if err != nil {
+		return err
+	}
+	var acts []string
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && isReady(p) {
+			acts = append(acts, p.Name)
+		}
+	}
+	for _, leader := range slices.Sorted(maps.Keys(leaders)) {
+		st, err := replicaStatus(ctx, cs, leader)
+		if err != nil {
+			return err
+		}
+		for _, a := range acts {
+			if !slices.Contains(st.Activators, a) {
+				return fmt.Errorf("autoscaler %s has activators %v connected, not yet %s", leader, st.Activators, a)
+			}
+		}
+	}
+	return nil
 }
 
 // bucketHolders reads every bucket's Lease: its holder, which must be a

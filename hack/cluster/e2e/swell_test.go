@@ -179,11 +179,13 @@ func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 	// clients reach the activators at theirs: both through kube-proxy,
 	// which programs them a moment after the endpoints are ready.
 	for _, svc := range []string{"swell-webhook", "activator"} {
-		if err := reachable(ctx, cs, swellNamespace, svc); err != nil {
+		if err := proxiedAsListed(ctx, cs, swellNamespace, svc); err != nil {
 			return err
 		}
 	}
-	return nil
+	// Every activator reports to the autoscalers that lead: until one has
+	// connected, a request it holds for a service at zero pokes no one.
+	return activatorsConnected(ctx, cs)
 }
 
 func ptrOr[T any](p *T, def T) T {
@@ -204,14 +206,20 @@ func kubectl(ctx context.Context, stdin []byte, args ...string) (string, error) 
 	return string(out), err
 }
 
-// swellSetup is setup for a test of Swell: Swell installed, a namespace of
-// the test's own.
+// swellSetup is setup for a test of Swell: Swell installed and ready, a
+// namespace of the test's own.
 func swellSetup(t *testing.T) *env {
 	t.Helper()
 	e := setup(t)
+	t.Cleanup(e.keepSwellEvidence)
 	if err := installSwell(); err != nil {
-		t.Fatalf("install Swell: %v\n%s", err, describeSwell(e))
+		t.Fatalf("install Swell: %v", err)
 	}
+	// Whole again after the tests that take a part of it away (a leader
+	// deleted, the autoscaler restarted in buckets), whatever ran before.
+	e.eventuallyWithin("Swell ready", installTimeout, func(ctx context.Context) error {
+		return swellReady(ctx, e.cs)
+	})
 	return e
 }
 
@@ -381,37 +389,6 @@ func (e *env) status(ctx context.Context, name string) (map[string]any, error) {
 	return st, nil
 }
 
-// describeSwell is the state of Swell's own pods, and the end of their
-// logs, for failures.
-func describeSwell(e *env) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pods, err := e.cs.CoreV1().Pods(swellNamespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "list Swell's pods: " + err.Error()
-	}
-	var b strings.Builder
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		fmt.Fprintf(&b, "  %s\n", describePod(p))
-		for _, c := range p.Spec.Containers {
-			log, err := e.podLogs(ctx, p, c.Name, false)
-			if err != nil {
-				log = err.Error()
-			}
-			fmt.Fprintf(&b, "    --- log of %s (last 3000 bytes)\n%s\n", c.Name, tail([]byte(log), 3000))
-		}
-	}
-	return b.String()
-}
-
-func tail(b []byte, n int) string {
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
-}
-
 // TestSwellInjectsAndRoutesToPods: a labelled Deployment's pods get the
 // queue-proxy, its Service gives up its selector to Swell, and Swell's
 // EndpointSlice sends the Service's port to the pods' queue-proxies.
@@ -522,6 +499,7 @@ func TestSwellInjectsAndRoutesToPods(t *testing.T) {
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
 		t.Errorf("GET through the queue-proxy: %d %q %v", code, body, err)
 	}
+	e.waitProxied(name, "pods")
 	code, body, err = e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
 		t.Errorf("GET at the Service's ClusterIP: %d %q %v", code, body, err)
@@ -612,13 +590,13 @@ func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
 		}
 		return nil
 	})
-	e.waitReachable(name)
+	e.waitProxied(name, "activator")
 
 	// The Service's ClusterIP leads to the activators while it is at zero.
 	start := time.Now()
 	code, body, err := e.viaService(t.Context(), name, "/")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
-		t.Fatalf("GET at the ClusterIP at zero: %d %q %v\n%s", code, body, err, e.describe())
+		t.Fatalf("GET at the ClusterIP at zero: %d %q %v", code, body, err)
 	}
 	t.Logf("cold start through the ClusterIP and an activator answered in %v", time.Since(start).Round(time.Millisecond))
 	if n, err := e.replicas(t.Context(), name); err != nil || n < 1 {
@@ -665,21 +643,24 @@ func TestSwellBurstScalesUp(t *testing.T) {
 		return nil
 	})
 
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
+	var lost []string
 	for range burst {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				code, _, err := e.viaService(ctx, name, "/?sleep=2s")
-				if err != nil {
-					return
-				}
 				mu.Lock()
-				codes[code]++
+				switch {
+				case err == nil:
+					codes[code]++
+				case ctx.Err() == nil:
+					lost = append(lost, err.Error())
+				}
 				mu.Unlock()
 			}
 		})
@@ -703,6 +684,9 @@ func TestSwellBurstScalesUp(t *testing.T) {
 		if code != http.StatusOK {
 			t.Errorf("%d answers with status %d during the burst; want all 200", n, code)
 		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d requests failed during the burst, the first: %s", len(lost), lost[0])
 	}
 }
 
@@ -769,7 +753,7 @@ func TestSwellIdleScalesToZeroBehindActivator(t *testing.T) {
 	// Some traffic first, so that the service is routed to its pod; an
 	// idle service that never saw a request heads for zero at once and
 	// keeps the activator.
-	e.waitReachable(name)
+	e.waitProxied(name, "")
 	load, stopLoad := context.WithCancel(ctx)
 	loaded := make(chan struct{})
 	go func() {

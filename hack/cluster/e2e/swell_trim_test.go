@@ -114,12 +114,20 @@ func TestSwellScaleDownKeepsTheBusyPod(t *testing.T) {
 	// The autoscaler knows a pod's load only from its scrapes, a round a
 	// second, of the report the queue-proxy makes each second
 	// (docs/scaling.md, "Which pods go"). Until a scrape has seen the
-	// request, the busy pod counts as idle, and as the newest (maybe not
-	// scraped yet at all: it is just ready) it goes first. Nothing outside
-	// the autoscaler shows when that scrape came, so this waits out a
-	// tick's worth of rounds and reports: the sampling the feature rests
-	// on, not a synchronisation on an event.
-	time.Sleep(3 * tick)
+	// request, the busy pod counts as idle, and as the newest it would go
+	// first. The request is the service's only load: once the leader's
+	// newest second of it reads a whole request in flight, its scrapes
+	// have seen the busy pod busy.
+	e.eventually("the leader's newest second of "+name+" reading the long request", func(ctx context.Context) error {
+		s, err := e.leaderServiceStatus(ctx, name)
+		if err != nil {
+			return err
+		}
+		if s.LastSample == nil || s.LastSample.Concurrency < 0.99 {
+			return fmt.Errorf("last sample %+v", s.LastSample)
+		}
+		return nil
+	})
 	setMinScale(1)
 	e.eventuallyWithin(name+" down to its busy pod", scaleTimeout, func(ctx context.Context) error {
 		p, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, busy.Name, metav1.GetOptions{})
@@ -127,7 +135,7 @@ func TestSwellScaleDownKeepsTheBusyPod(t *testing.T) {
 			return err
 		}
 		if p.DeletionTimestamp != nil {
-			t.Fatalf("the busy pod %s is being deleted (deletion cost %q)\n%s", p.Name, p.Annotations[corev1.PodDeletionCost], e.describe())
+			t.Fatalf("the busy pod %s is being deleted (deletion cost %q)", p.Name, p.Annotations[corev1.PodDeletionCost])
 		}
 		if n, err := e.replicas(ctx, name); err != nil || n != 1 {
 			return fmt.Errorf("scale %d %v", n, err)
@@ -159,4 +167,28 @@ func TestSwellScaleDownKeepsTheBusyPod(t *testing.T) {
 	if _, err := e.cs.CoreV1().Pods(e.ns).Get(t.Context(), busy.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("the busy pod after its request: %v", err)
 	}
+}
+
+// leaderServiceStatus reads the service's part of the /status of the
+// autoscaler that leads it: the suite runs the autoscaler with one bucket
+// outside TestSwellShardedBuckets.
+func (e *env) leaderServiceStatus(ctx context.Context, name string) (shardService, error) {
+	l, err := e.cs.CoordinationV1().Leases(swellNamespace).Get(ctx, leaseName, metav1.GetOptions{})
+	if err != nil {
+		return shardService{}, err
+	}
+	leader := ptrOr(l.Spec.HolderIdentity, "")
+	if leader == "" {
+		return shardService{}, fmt.Errorf("lease %s has no holder", leaseName)
+	}
+	st, err := e.replicaStatus(ctx, leader)
+	if err != nil {
+		return shardService{}, err
+	}
+	for _, s := range st.Services {
+		if s.Namespace == e.ns && s.Name == name {
+			return s, nil
+		}
+	}
+	return shardService{}, fmt.Errorf("leader %s does not hold %s/%s", leader, e.ns, name)
 }

@@ -38,6 +38,9 @@ import (
 const (
 	// pollInterval paces every wait on state another process owns.
 	pollInterval = 150 * time.Millisecond
+	// pollTimeout bounds one look at the state a test waits for, which
+	// may be several requests.
+	pollTimeout = 20 * time.Second
 	// waitTimeout bounds a wait for the control plane and the node to
 	// converge. Measured convergence is a few seconds at most; the bound
 	// only turns a hang into a failure that shows the pods.
@@ -157,14 +160,20 @@ func (e *env) eventually(what string, cond func(ctx context.Context) error) {
 func (e *env) eventuallyWithin(what string, timeout time.Duration, cond func(ctx context.Context) error) {
 	e.t.Helper()
 	start := time.Now()
+	end := start.Add(timeout)
 	var last error
-	err := wait.PollUntilContextTimeout(e.t.Context(), pollInterval, timeout, true, func(ctx context.Context) (bool, error) {
-		err := cond(ctx)
-		if ctx.Err() == nil || last == nil {
-			// A poll cut short by the timeout says nothing new.
-			last = err
+	// The bound is kept apart from the context cond gets, as in
+	// consistently: a poll whose context ran out with the bound (or that a
+	// client's rate limiter saw coming) would end on an error that says
+	// nothing of what the test waits for, and hide the one before it.
+	err := wait.PollUntilContextCancel(e.t.Context(), pollInterval, true, func(ctx context.Context) (bool, error) {
+		if last != nil && !time.Now().Before(end) {
+			return false, context.DeadlineExceeded
 		}
-		return err == nil, nil
+		ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+		defer cancel()
+		last = cond(ctx)
+		return last == nil, nil
 	})
 	if err != nil {
 		e.t.Fatalf("%s: not within %s\nlast seen: %v", what, timeout, last)

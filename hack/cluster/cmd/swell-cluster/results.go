@@ -138,11 +138,15 @@ func (r runResult) failedTests() []string {
 // run, "e2e: N passed, N failed, N skipped".
 func table(runs []runResult, stress bool) string {
 	var b strings.Builder
-	load := "an idle machine"
+	load := "on a machine left to it"
 	if stress {
-		load = "a CPU hog keeping every core busy"
+		load = "beside a CPU hog keeping every core busy"
 	}
-	fmt.Fprintf(&b, "## The end-to-end suite, %d run(s), each in a fresh cluster, beside %s\n\n", len(runs), load)
+	count := fmt.Sprintf("%d runs", len(runs))
+	if len(runs) == 1 {
+		count = "1 run"
+	}
+	fmt.Fprintf(&b, "## The end-to-end suite, %s, each in a fresh cluster, %s\n\n", count, load)
 	b.WriteString("| run | result | took | passed | failed | skipped | what failed |\n|---:|---|---:|---:|---:|---:|---|\n")
 	var order []string
 	seen := map[string]bool{}

@@ -80,7 +80,7 @@ func TestTableCountsEveryRun(t *testing.T) {
 	runs[1].err = errors.New("exit status 1")
 	got := table(runs, true)
 	for _, want := range []string{
-		"3 run(s), each in a fresh cluster, beside a CPU hog",
+		"3 runs, each in a fresh cluster, beside a CPU hog",
 		"| 1 | pass | 3m0s | 1 | 0 | 1 |  |",
 		"| 2 | **fail** | 4m0s | 0 | 1 | 1 | TestA |",
 		"| 3 | **fail** | 0s | 0 | 0 | 0 | the cluster did not start: etcd exited |",

@@ -99,16 +99,19 @@ func (k *kubeMode) dialerFor(addr string) *websocket.Dialer {
 		}
 		return proxy(r)
 	}
-	d.TLSClientConfig = trustedBy(k.src.AutoscalerRoots, k.cfg.SystemNamespace+"/"+kube.CAConfigMap)
+	// The name is the Service's, whatever AUTOSCALER_URL names: dialled
+	// by an IP address, a handshake would otherwise check no name, and any
+	// certificate a trusted CA issued would pass for the autoscaler.
+	d.TLSClientConfig = trustedBy(k.src.AutoscalerRoots, k.cfg.SystemNamespace+"/"+kube.CAConfigMap, hosts[1])
 	return &d
 }
 
 // trustedBy is a TLS client configuration that verifies the server's
-// certificate, for the name dialled, against the CAs roots returns at the
-// handshake: they change as the autoscaler rotates its CA, which a
-// tls.Config's fixed RootCAs could not follow. Without roots (what
-// publishes them is absent) every handshake fails.
-func trustedBy(roots func() *x509.CertPool, from string) *tls.Config {
+// certificate, for name, against the CAs roots returns at the handshake:
+// they change as the autoscaler rotates its CA, which a tls.Config's fixed
+// RootCAs could not follow. Without roots (what publishes them is absent)
+// every handshake fails.
+func trustedBy(roots func() *x509.CertPool, from, name string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Not skipped: VerifyConnection below verifies the chain and the
@@ -123,7 +126,7 @@ func trustedBy(roots func() *x509.CertPool, from string) *tls.Config {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("the autoscaler presented no certificate")
 			}
-			opts := x509.VerifyOptions{Roots: pool, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+			opts := x509.VerifyOptions{Roots: pool, DNSName: name, Intermediates: x509.NewCertPool()}
 			for _, c := range cs.PeerCertificates[1:] {
 				opts.Intermediates.AddCert(c)
 			}

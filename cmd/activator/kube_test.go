@@ -210,6 +210,48 @@ func TestReporterDialerReachesAutoscalerEndpoint(t *testing.T) {
 	<-upgraded
 }
 
+// TestTrustedByChecksTheAutoscalersName: a certificate of a CA the
+// activator trusts is accepted for the autoscaler only if it names the
+// autoscaler's Service, whatever was dialled: an AUTOSCALER_URL with an IP
+// address checked no name, and any certificate a CA of swell-ca issued
+// passed for the autoscaler (review finding 8).
+func TestTrustedByChecksTheAutoscalersName(t *testing.T) {
+	const name = "autoscaler.infra.svc"
+	for _, tc := range []struct {
+		names   string
+		refused bool
+	}{
+		{name, false},
+		{"other.infra.svc", true},
+	} {
+		// Both also name the address dialled.
+		chain, key, err := certutil.GenerateSelfSignedCertKey(tc.names, []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serving, err := tls.X509KeyPair(chain, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{serving}}
+		srv.StartTLS()
+		roots := caOf(t, chain)
+		cfg := trustedBy(func() *x509.CertPool { return roots }, "infra/swell-ca", name)
+		c, err := tls.Dial("tcp", srv.Listener.Addr().String(), cfg)
+		if err == nil {
+			c.Close()
+		}
+		srv.Close()
+		switch {
+		case tc.refused && (err == nil || !strings.Contains(err.Error(), "not "+name)):
+			t.Errorf("a certificate for %s, dialled by address: %v; want it refused as not %s", tc.names, err, name)
+		case !tc.refused && err != nil:
+			t.Errorf("a certificate for %s, dialled by address: %v; want it accepted", tc.names, err)
+		}
+	}
+}
+
 // caOf is a pool of the CA certificates (the self-signed ones) in bundle.
 func caOf(t *testing.T, bundle []byte) *x509.CertPool {
 	t.Helper()

@@ -142,11 +142,11 @@ func table(runs []runResult, stress bool) string {
 	if stress {
 		load = "beside a CPU hog keeping every core busy"
 	}
-	count := fmt.Sprintf("%d runs", len(runs))
+	count := fmt.Sprintf("%d runs, each", len(runs))
 	if len(runs) == 1 {
 		count = "1 run"
 	}
-	fmt.Fprintf(&b, "## The end-to-end suite, %s, each in a fresh cluster, %s\n\n", count, load)
+	fmt.Fprintf(&b, "## The end-to-end suite, %s in a fresh cluster, %s\n\n", count, load)
 	b.WriteString("| run | result | took | passed | failed | skipped | what failed |\n|---:|---|---:|---:|---:|---:|---|\n")
 	var order []string
 	seen := map[string]bool{}

@@ -304,6 +304,52 @@ func TestScrapeKeepsTheConnection(t *testing.T) {
 	}
 }
 
+// TestScrapeDropsAConnectionWithBytesWaiting: a pod that sends a second,
+// forged answer after its first and keeps the connection (as one about to
+// exit would, hoping another pod gets its address) has it read by no
+// scrape: the next scrape finds bytes waiting on the kept connection,
+// drops it and asks on a new one (review finding 3).
+func TestScrapeDropsAConnectionWithBytesWaiting(t *testing.T) {
+	real := okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), "")
+	forged := busyReport
+	forged.Concurrency, forged.Requests = 42, 4242
+	forgery := okResponse(stats.ContentTypeV3, forged.AppendBinaryV3(nil), "")
+	sendForgery := make(chan struct{})
+	forgerySent := make(chan struct{})
+	var answers atomic.Int64
+	pod := newRawPod(t, func(c net.Conn, _ []byte) bool {
+		c.Write([]byte(real))
+		if answers.Add(1) == 1 {
+			// Once the first answer was read and the connection kept.
+			go func() {
+				<-sendForgery
+				c.Write([]byte(forgery))
+				close(forgerySent)
+			}()
+		}
+		return true
+	})
+	s, _ := testScraper(t, time.Second)
+	var r stats.Report
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+		t.Fatal(err)
+	}
+	close(sendForgery)
+	// On loopback the bytes are in the scraper's socket once the write
+	// returned.
+	<-forgerySent
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Concurrency != busyReport.Concurrency || r.Requests != busyReport.Requests {
+		t.Errorf("the second scrape read %+v, want the pod's answer %+v, not the bytes it had sent unasked", r, busyReport)
+	}
+	if got := pod.accepts.Load(); got != 2 {
+		t.Errorf("%d connections, want 2: the kept one dropped for the bytes waiting on it", got)
+	}
+
+}
+
 // TestScrapeAbort: abort ends a scrape in progress at once, and fails the
 // next ones without a request until reset.
 func TestScrapeAbort(t *testing.T) {

@@ -17,8 +17,10 @@ const podIdleTimeout = 10 * time.Second
 // connPool keeps the pods' idle keep-alive connections between scrapes:
 // at most one per address (a round scrapes a pod once), at most max in all,
 // and none for longer than idle. A connection in the pool holds no state
-// but its socket: every scrape reads its whole response, so nothing is
-// buffered between two.
+// but its socket: every scrape reads exactly its response, and a
+// connection handed out again must have nothing waiting to be read and
+// still be open (quiet), so that no byte a pod sends past its answer is
+// ever read as the answer to another scrape.
 //
 // A full pool closes the connection it is handed rather than one it
 // holds: the connections kept then stay warm, where evicting the oldest
@@ -81,7 +83,7 @@ func (p *connPool) get(addr string, now time.Time) net.Conn {
 		return nil
 	}
 	p.n.Add(-1)
-	if now.Sub(ic.since) >= p.idle {
+	if now.Sub(ic.since) >= p.idle || !quiet(ic.c) {
 		ic.c.Close()
 		return nil
 	}

@@ -144,6 +144,10 @@ func TestServiceBackWithinGrace(t *testing.T) {
 	if a := recv(t, held, "the held request"); a.code != http.StatusOK {
 		t.Errorf("held request: %d %s=%q, want 200 once the service is back", a.code, network.ReasonHeader, a.reason)
 	}
+	// The held request is served from the service's own entry, which
+	// the sync updates before it publishes the routing table: a new
+	// request needs the host routed again first.
+	e.waitRoutable(t, helloKey, 1)
 	// The grace that ran out meanwhile closes nothing.
 	e.clk.Step(DefaultGoneGrace)
 	if res, body := e.get(t, "hello.default", nil); res.StatusCode != http.StatusOK || body != "p1" {

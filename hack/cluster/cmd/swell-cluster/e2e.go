@@ -172,7 +172,6 @@ func (s e2eSuite) run(ctx context.Context) runResult {
 		if testErr == nil {
 			os.RemoveAll(state)
 		} else {
-			r.kept = state
 			fmt.Fprintf(os.Stderr, "cluster logs kept in %s; the logs of each failed test's pods and of Swell's in %s\n", filepath.Join(state, "logs"), evidence)
 		}
 	}

@@ -106,8 +106,6 @@ type runResult struct {
 	// err is why the run failed: the cluster did not start, or the suite
 	// exited non-zero.
 	err error
-	// kept is the state directory of a failed run's cluster.
-	kept string
 }
 
 // count is how many of the run's tests came to o.

@@ -32,6 +32,9 @@ type podDirectory struct {
 	owners map[netip.Addr][]owner
 
 	updated atomic.Pointer[chan struct{}]
+	// moved, if set, is told the addresses whose pods changed, after
+	// the change (outside mu).
+	moved func([]netip.Addr)
 }
 
 // owner is a pod holding an address.
@@ -51,6 +54,24 @@ func (d *podDirectory) Namespace(ip netip.Addr) (string, bool) {
 		return "", false
 	}
 	return v.(string), true
+}
+
+// holds reports whether the address ip is a pod's of namespace ns, and of
+// no other namespace's, and, unless name is "", whether one of those pods
+// is called name: whether an endpoint at ip that names the pod name (or
+// none) may be taken as a pod of a service of ns.
+func (d *podDirectory) holds(ip netip.Addr, ns, name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	owners := d.owners[ip.Unmap()]
+	named := name == ""
+	for _, o := range owners {
+		if o.namespace != ns {
+			return false
+		}
+		named = named || o.name == name
+	}
+	return len(owners) > 0 && named
 }
 
 // Updated implements activator.CallerDirectory.
@@ -75,6 +96,7 @@ func (d *podDirectory) set(which, old, now any) {
 	me := owner{p.Namespace, p.Name}
 	was, is := addrsOf(old), addrsOf(now)
 	changed := false
+	var moved []netip.Addr
 	d.mu.Lock()
 	for _, ip := range was {
 		if slices.Contains(is, ip) {
@@ -87,14 +109,19 @@ func (d *podDirectory) set(which, old, now any) {
 			d.owners[ip] = owners
 		}
 		changed = d.resolveLocked(ip) || changed
+		moved = append(moved, ip)
 	}
 	for _, ip := range is {
 		if owners := d.owners[ip]; !slices.Contains(owners, me) {
 			d.owners[ip] = append(owners, me)
 			changed = d.resolveLocked(ip) || changed
+			moved = append(moved, ip)
 		}
 	}
 	d.mu.Unlock()
+	if len(moved) > 0 && d.moved != nil {
+		d.moved(moved)
+	}
 	if changed {
 		ch := make(chan struct{})
 		close(*d.updated.Swap(&ch))

@@ -32,7 +32,7 @@ func FuzzPodsServiceAnnotations(f *testing.F) {
 		if withCallers {
 			ann = append(ann, kube.AnnotationAllowedCallers, callers)
 		}
-		sv, err := toService(webKey, podsService("shop", "web", ann...), nil, "cluster.local")
+		sv, err := toService(webKey, podsService("shop", "web", ann...), nil, newPodDirectory(), "cluster.local")
 		values := map[string]string{kube.AnnotationServices: services, kube.AnnotationContainerConcurrency: cc}
 		if withCallers {
 			values[kube.AnnotationAllowedCallers] = callers

@@ -118,3 +118,13 @@ func find(svcs []activator.Service, key string) (activator.Service, bool) {
 	}
 	return activator.Service{}, false
 }
+
+// directory is a pod directory holding pods.
+func directory(pods ...*corev1.Pod) *podDirectory {
+	d := newPodDirectory()
+	for _, p := range pods {
+		ref, _ := podTransform(p)
+		d.set(ref, nil, ref)
+	}
+	return d
+}

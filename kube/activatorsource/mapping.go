@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +33,12 @@ import (
 // queue-proxy enforces the limit), bad allowed callers as none but the
 // Deployment's own namespace, a name in the services list that is not a
 // Service's as no host.
-func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, domain string) (activator.Service, error) {
+//
+// A pod is taken only where the cluster's pods say it is one of the
+// namespace's (in): an EndpointSlice is anyone's to write who may write
+// them in the namespace, and one naming another namespace's pod would
+// have the activator carry the namespace's calls to it.
+func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.EndpointSlice, in podHolder, domain string) (activator.Service, error) {
 	sv := activator.Service{Key: key}
 	var errs []error
 	if v, ok := svc.Annotations[kube.AnnotationServices]; ok {
@@ -81,15 +87,27 @@ func toService(key service.Key, svc *corev1.Service, eps []*discoveryv1.Endpoint
 		}
 		sv.ClaimedHosts, sv.ClaimedAt = hosts, svc.CreationTimestamp.Time
 	}
-	sv.Pods = pods(eps)
+	sv.Pods = pods(eps, svc.Namespace, in)
 	return sv, errors.Join(errs...)
+}
+
+// podHolder tells whether an address is held by a pod of a namespace
+// (podDirectory.holds).
+type podHolder interface {
+	holds(ip netip.Addr, ns, name string) bool
 }
 
 // pods lists the endpoints of eps that are not terminating, on the port
 // named kube.PortNameHTTP, sorted by name. An address listed in two slices
 // (while Kubernetes moves endpoints between them) is one pod, and so is a
 // pod listed under both of its addresses (dual stack): the IPv4 one is kept.
-func pods(eps []*discoveryv1.EndpointSlice) []activator.Pod {
+//
+// An endpoint counts only if in holds its address as a pod of namespace
+// ns, and of no other, and, when it references a pod, as that pod: labels
+// and owners can be written by anyone who writes the slice, but not which
+// pod holds which address. An endpoint of a pod the pods informer has not
+// seen yet is left out until it has.
+func pods(eps []*discoveryv1.EndpointSlice, ns string, in podHolder) []activator.Pod {
 	eps = slices.Clone(eps)
 	// IPv4 before IPv6, then by name: which duplicate is kept does not
 	// depend on the informer's order.
@@ -113,11 +131,20 @@ func pods(eps []*discoveryv1.EndpointSlice) []activator.Pod {
 			// Every address of an endpoint reaches the same pod; the
 			// API lets consumers use the first.
 			ip := ep.Addresses[0]
-			name := ip
-			if ep.TargetRef != nil && ep.TargetRef.Name != "" {
-				name = ep.TargetRef.Name
+			addr, err := netip.ParseAddr(ip)
+			if err != nil {
+				continue
 			}
-			if seenIP[ip] || seenName[name] {
+			name, ref := ip, ""
+			if r := ep.TargetRef; r != nil {
+				if r.Kind != "" && r.Kind != "Pod" || r.Namespace != "" && r.Namespace != ns {
+					continue
+				}
+				if r.Name != "" {
+					name, ref = r.Name, r.Name
+				}
+			}
+			if seenIP[ip] || seenName[name] || !in.holds(addr, ns, ref) {
 				continue
 			}
 			seenIP[ip], seenName[name] = true, true

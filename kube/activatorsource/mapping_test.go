@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -29,7 +30,7 @@ func TestToServiceHostsAndConcurrency(t *testing.T) {
 	svc := podsService("shop", "web",
 		kube.AnnotationServices, "cart, ,front,",
 		kube.AnnotationContainerConcurrency, "4")
-	got, err := toService(webKey, svc, nil, "corp.internal")
+	got, err := toService(webKey, svc, nil, newPodDirectory(), "corp.internal")
 	want := activator.Service{
 		Key: webKey,
 		Hosts: []string{
@@ -54,7 +55,7 @@ func TestToServiceClusterIPsAndClaims(t *testing.T) {
 		kube.AnnotationHosts, "shop.example.com")
 	created := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 	svc.CreationTimestamp = metav1.NewTime(created)
-	got, err := toService(webKey, svc, nil, "cluster.local")
+	got, err := toService(webKey, svc, nil, newPodDirectory(), "cluster.local")
 	want := activator.Service{
 		Key:          webKey,
 		Hosts:        []string{"front.shop", "front.shop.svc", "front.shop.svc.cluster.local", "10.96.0.20", "[fd00:96::20]"},
@@ -65,13 +66,13 @@ func TestToServiceClusterIPsAndClaims(t *testing.T) {
 		t.Errorf("got %+v, %v\nwant %+v", got, err, want)
 	}
 	svc.Annotations[kube.AnnotationHosts] = "web.payments"
-	if got, err := toService(webKey, svc, nil, "cluster.local"); err == nil || len(got.ClaimedHosts) != 0 {
+	if got, err := toService(webKey, svc, nil, newPodDirectory(), "cluster.local"); err == nil || len(got.ClaimedHosts) != 0 {
 		t.Errorf("a claim of a cluster-local name: %v, %v; want refused, nothing claimed", got.ClaimedHosts, err)
 	}
 }
 
 func TestToServiceWithoutAnnotations(t *testing.T) {
-	got, err := toService(webKey, podsService("shop", "web"), nil, "cluster.local")
+	got, err := toService(webKey, podsService("shop", "web"), nil, newPodDirectory(), "cluster.local")
 	if want := (activator.Service{Key: webKey}); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, %v; want %+v", got, err, want)
 	}
@@ -88,7 +89,7 @@ func TestToServiceAllowedCallers(t *testing.T) {
 		"monitoring, ingress-nginx ,a": {Namespaces: []string{"a", "ingress-nginx", "monitoring"}},
 		"b,a,b":                        {Namespaces: []string{"a", "b"}},
 	} {
-		got, err := toService(webKey, podsService("shop", "web", kube.AnnotationAllowedCallers, v), nil, "cluster.local")
+		got, err := toService(webKey, podsService("shop", "web", kube.AnnotationAllowedCallers, v), nil, newPodDirectory(), "cluster.local")
 		if err != nil || !reflect.DeepEqual(got.Callers, want) {
 			t.Errorf("%s %q: callers %+v, %v; want %+v", kube.AnnotationAllowedCallers, v, got.Callers, err, want)
 		}
@@ -116,7 +117,7 @@ func TestToServiceBadAnnotations(t *testing.T) {
 		{kube.AnnotationServices, "front,Back_end", `"Back_end", not a Service name`},
 	} {
 		svc := podsService("shop", "web", tc.key, tc.value, kube.AnnotationAllowedCallers+"x", "ignored")
-		got, err := toService(webKey, svc, nil, "cluster.local")
+		got, err := toService(webKey, svc, nil, newPodDirectory(), "cluster.local")
 		var ae *autoscaling.Error
 		if !errors.As(err, &ae) || ae.Key != tc.key || ae.Value != tc.value {
 			t.Errorf("%s %q: error %v, want one naming the key and the value", tc.key, tc.value, err)
@@ -134,7 +135,7 @@ func TestToServiceBadAnnotations(t *testing.T) {
 	}
 	// Every problem at once.
 	svc := podsService("shop", "web", kube.AnnotationContainerConcurrency, "x", kube.AnnotationAllowedCallers, "Y")
-	_, err := toService(webKey, svc, nil, "cluster.local")
+	_, err := toService(webKey, svc, nil, newPodDirectory(), "cluster.local")
 	for _, want := range []string{kube.AnnotationContainerConcurrency, kube.AnnotationAllowedCallers} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("two bad annotations: %v, want both named (%s)", err, want)
@@ -149,7 +150,7 @@ func TestBadAnnotationsLoggedOnce(t *testing.T) {
 	core, logs := observer.New(zapcore.WarnLevel)
 	web := podsService("shop", "web", kube.AnnotationAllowedCallers, "*,x")
 	es := endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", false, false))
-	src, client := startedWith(t, zap.New(core), web, es)
+	src, client := startedWith(t, zap.New(core), web, es, pod("shop", "web-a", "10.0.0.1"), pod("shop", "web-b", "10.0.0.2"))
 	es.Endpoints = append(es.Endpoints, endpoint("10.0.0.2", "web-b", false, false))
 	if _, err := client.DiscoveryV1().EndpointSlices("shop").Update(bg, es, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -226,7 +227,51 @@ func TestPods(t *testing.T) {
 		want: []activator.Pod{{Name: "web-c", Addr: "10.0.0.3:8013"}},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := pods(tc.slices); !reflect.DeepEqual(got, tc.want) {
+			in := directory(pod("shop", "web-a", "10.0.0.1", "fd00::1"), pod("shop", "web-b", "10.0.0.2", "fd00::2"),
+				pod("shop", "web-c", "10.0.0.3"))
+			if got := pods(tc.slices, "shop", in); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPodsOnlyOfTheNamespace: a slice in the service's namespace that
+// lists an address of another namespace's pod, or one no pod holds, or
+// references a pod that does not hold its address, lists no pod: the
+// activator would carry the namespace's calls there (second security
+// review, finding 1).
+func TestPodsOnlyOfTheNamespace(t *testing.T) {
+	svc := podsService("shop", "web")
+	in := directory(pod("shop", "web-a", "10.0.0.1"), pod("bank", "vault-a", "10.0.9.1"),
+		pod("shop", "web-b", "10.0.0.2"), pod("bank", "vault-b", "10.0.0.2"), // an address moving between namespaces
+		pod("shop", "web-c", "10.0.0.3"), pod("shop", "web-d", "10.0.0.3")) // between two pods of one
+	ref := func(ip string, r corev1.ObjectReference) discoveryv1.Endpoint {
+		ep := endpoint(ip, "", true, false)
+		ep.TargetRef = &r
+		return ep
+	}
+	for _, tc := range []struct {
+		name string
+		ep   discoveryv1.Endpoint
+		want []activator.Pod
+	}{
+		{"the namespace's pod", endpoint("10.0.0.1", "web-a", true, false), []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}}},
+		{"no reference", endpoint("10.0.0.1", "", true, false), []activator.Pod{{Name: "10.0.0.1", Addr: "10.0.0.1:8012"}}},
+		{"another namespace's pod", endpoint("10.0.9.1", "web-a", true, false), nil},
+		{"another namespace's pod, no reference", endpoint("10.0.9.1", "", true, false), nil},
+		{"another namespace's pod by its own name", ref("10.0.9.1", corev1.ObjectReference{Kind: "Pod", Namespace: "bank", Name: "vault-a"}), nil},
+		{"an address no pod holds", endpoint("10.0.0.99", "web-z", true, false), nil},
+		{"a pod that does not hold the address", endpoint("10.0.0.1", "web-c", true, false), nil},
+		{"an address two namespaces' pods hold", endpoint("10.0.0.2", "web-b", true, false), nil},
+		{"an address two of the namespace's pods hold", endpoint("10.0.0.3", "web-d", true, false), []activator.Pod{{Name: "web-d", Addr: "10.0.0.3:8012"}}},
+		{"a reference to something else", ref("10.0.0.1", corev1.ObjectReference{Kind: "Node", Name: "web-a"}), nil},
+		{"a reference into another namespace", ref("10.0.0.1", corev1.ObjectReference{Kind: "Pod", Namespace: "bank", Name: "web-a"}), nil},
+		{"an address that does not parse", endpoint("10.0.0.1.5", "", true, false), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es := endpointSlice(svc, "s1", v4, kube.PortNameHTTP, 8012, tc.ep)
+			if got := pods([]*discoveryv1.EndpointSlice{es}, "shop", in); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %+v\nwant %+v", got, tc.want)
 			}
 		})

@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -62,8 +63,12 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// byService indexes EndpointSlices by "<namespace>/<service name>".
-const byService = "service"
+// The pods-Services' EndpointSlices are indexed by "<namespace>/<service
+// name>" and by the address of each endpoint.
+const (
+	byService = "service"
+	byAddress = "address"
+)
 
 // activePods selects the pods whose containers have not all ended.
 const activePods = "status.phase!=" + string(corev1.PodSucceeded) + ",status.phase!=" + string(corev1.PodFailed)
@@ -151,7 +156,7 @@ func New(cfg Config) (*Source, error) {
 	}
 
 	sliceInf := selected(kube.LabelDeployment + ",!" + kube.LabelRoute).Discovery().V1().EndpointSlices().Informer()
-	if err := sliceInf.AddIndexers(cache.Indexers{byService: indexByService}); err != nil {
+	if err := sliceInf.AddIndexers(cache.Indexers{byService: indexByService, byAddress: indexByAddress}); err != nil {
 		return nil, err
 	}
 	s.slices = sliceInf.GetIndexer()
@@ -213,6 +218,9 @@ func New(cfg Config) (*Source, error) {
 
 	// A pod that has ended no longer holds its address: the API server
 	// sends its deletion as it leaves the selection.
+	// A pod that comes to hold an address, or leaves it, changes which
+	// endpoints are pods of their namespace (pods).
+	s.callers.moved = s.podsMoved
 	podFactory := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = activePods }),
 		informers.WithTransform(podTransform))
@@ -396,6 +404,20 @@ func (s *Source) sliceChanged(obj any) {
 	}
 }
 
+// podsMoved rebuilds the services whose slices list an address of ips,
+// whose pods changed.
+func (s *Source) podsMoved(ips []netip.Addr) {
+	for _, ip := range ips {
+		objs, err := s.slices.ByIndex(byAddress, ip.String())
+		if err != nil {
+			continue
+		}
+		for _, o := range objs {
+			s.sliceChanged(o)
+		}
+	}
+}
+
 // sync rebuilds the service of Deployment d in namespace ns from the
 // caches, and signals Changed if it differs from what Services had. A
 // Deployment whose name is not a service key (longer than a DNS label, or
@@ -461,7 +483,7 @@ func (s *Source) build(key service.Key) (activator.Service, bool, error) {
 			eps = append(eps, es)
 		}
 	}
-	sv, err := toService(key, svc, eps, s.domain)
+	sv, err := toService(key, svc, eps, s.callers, s.domain)
 	return sv, true, err
 }
 
@@ -488,6 +510,26 @@ func indexByService(obj any) ([]string, error) {
 		return []string{key}, nil
 	}
 	return nil, nil
+}
+
+// indexByAddress is the byAddress index function: the address of each
+// endpoint, as netip writes it (the one pods goes by).
+func indexByAddress(obj any) ([]string, error) {
+	es, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, ep := range es.Endpoints {
+		if len(ep.Addresses) == 0 {
+			continue
+		}
+		if ip, err := netip.ParseAddr(ep.Addresses[0]); err == nil {
+			out = append(out, ip.Unmap().String())
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // unwrap returns the last known object of a deletion the informer missed.

@@ -44,7 +44,7 @@ func TestSyncedSourceListsServices(t *testing.T) {
 	web := podsService("shop", "web", kube.AnnotationServices, "front", kube.AnnotationContainerConcurrency, "2")
 	api := podsService("other", "api")
 	user := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front"}}
-	src, _ := started(t, web, api, user,
+	src, _ := started(t, web, api, user, pod("shop", "web-a", "10.0.0.1"), pod("other", "api-a", "10.0.1.1"),
 		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
 		endpointSlice(api, "api-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.1.1", "api-a", false, false)),
 	)
@@ -87,7 +87,7 @@ func TestListsOnlySwellObjects(t *testing.T) {
 }
 
 func TestServicesAppearChangeAndDisappear(t *testing.T) {
-	src, client := started(t)
+	src, client := started(t, pod("shop", "web-a", "10.0.0.1"), pod("shop", "web-b", "10.0.0.2"), pod("shop", "web-c", "10.0.0.3"))
 	services := client.CoreV1().Services("shop")
 	slicesAPI := client.DiscoveryV1().EndpointSlices("shop")
 
@@ -157,7 +157,7 @@ func TestServicesAppearChangeAndDisappear(t *testing.T) {
 // TestSliceBeforeItsService: a slice cached before its Service is picked
 // up when the Service arrives.
 func TestSliceBeforeItsService(t *testing.T) {
-	src, client := started(t)
+	src, client := started(t, pod("shop", "late-a", "10.0.0.9"), pod("shop", "marker-a", "10.0.0.8"))
 	create := func(objs ...runtime.Object) {
 		t.Helper()
 		for _, o := range objs {
@@ -200,7 +200,7 @@ func TestChangedOnlyOnChange(t *testing.T) {
 	a, b := podsService("shop", "a"), podsService("shop", "b")
 	sa := endpointSlice(a, "a-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "a-0", false, false))
 	sb := endpointSlice(b, "b-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.2", "b-0", false, false))
-	src, client := started(t, a, b, sa, sb)
+	src, client := started(t, a, b, sa, sb, pod("shop", "a-0", "10.0.0.1"), pod("shop", "b-0", "10.0.0.2"), pod("shop", "b-1", "10.0.0.3"))
 	select {
 	case <-src.Changed(): // the initial sync's signal
 	default:
@@ -285,7 +285,7 @@ func TestRoutedServiceIsNotThePodsService(t *testing.T) {
 	web := podsService("shop", "web", kube.AnnotationServices, "front")
 	front := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "front",
 		Labels: map[string]string{kube.LabelDeployment: "web"}}}
-	src, _ := started(t, front, web,
+	src, _ := started(t, front, web, pod("shop", "web-a", "10.0.0.1"),
 		endpointSlice(front, "front-k8s", v4, kube.PortNameHTTP, 8080, endpoint("10.0.0.1", "web-a", true, false)),
 		endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false)),
 	)
@@ -431,4 +431,34 @@ func TestPeers(t *testing.T) {
 			t.Fatalf("Peers = %d, want the 3 ready, not terminating", src.Peers())
 		}
 	}
+}
+
+// TestPodsFollowThePodsInformer: an endpoint counts as the service's pod
+// only while a pod of its namespace holds its address, whichever of the
+// slice and the pod the informers deliver first (second security review,
+// finding 1).
+func TestPodsFollowThePodsInformer(t *testing.T) {
+	web := podsService("shop", "web")
+	es := endpointSlice(web, "web-1", v4, kube.PortNameHTTP, 8012, endpoint("10.0.0.1", "web-a", true, false))
+	src, client := started(t, web, es, pod("bank", "vault", "10.0.0.1"))
+	if sv, _ := find(src.Services(), "shop/web"); len(sv.Pods) != 0 {
+		t.Fatalf("an address of another namespace's pod listed as the service's: %+v", sv.Pods)
+	}
+	if err := client.CoreV1().Pods("bank").Delete(bg, "vault", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Pods("shop").Create(bg, pod("shop", "web-a", "10.0.0.1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "listed the pod once it holds the address", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return slices.Equal(sv.Pods, []activator.Pod{{Name: "web-a", Addr: "10.0.0.1:8012"}})
+	})
+	if err := client.CoreV1().Pods("shop").Delete(bg, "web-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "dropped the pod once it has gone, though the slice still lists it", func(s []activator.Service) bool {
+		sv, _ := find(s, "shop/web")
+		return len(sv.Pods) == 0
+	})
 }

@@ -2,6 +2,7 @@ package gauge
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -73,7 +74,7 @@ func vllmPage() []byte {
 
 func TestVLLMPage(t *testing.T) {
 	p := vllmPage()
-	v, err := newScratch().value(p, series.Selector{Name: "vllm:num_requests_waiting", Labels: map[string]string{"engine": "1"}})
+	v, err := newScratch().value(p, series.Selector{Name: "vllm:num_requests_waiting", Labels: map[string]string{"engine": "1"}}, new(explainer))
 	if err != nil || v != 3 {
 		t.Fatalf("value = %v, %v; want 3", v, err)
 	}
@@ -101,11 +102,11 @@ func BenchmarkScrape(b *testing.B) {
 func BenchmarkValue(b *testing.B) {
 	p := vllmPage()
 	sel := series.Selector{Name: "vllm:num_requests_waiting", Labels: map[string]string{"model_name": "meta-llama/Llama-3.1-8B-Instruct"}}
-	sc := newScratch()
+	sc, why := newScratch(), new(explainer)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(p)))
 	for b.Loop() {
-		if v, err := sc.value(p, sel); err != nil || v != 6 {
+		if v, err := sc.value(p, sel, why); err != nil || v != 6 {
 			b.Fatalf("value = %v, %v; want 6", v, err)
 		}
 	}
@@ -121,6 +122,54 @@ func BenchmarkParseWholePage(b *testing.B) {
 	for b.Loop() {
 		if _, err := sc.parser.TextToMetricFamilies(bytes.NewReader(p)); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// manyFamilies returns a page of size bytes or a little less made of
+// distinct untyped families of one series each, the most families a page
+// of that size holds with names of a usual length: an app that exports a
+// family per route or per tenant.
+func manyFamilies(size int) []byte {
+	var b bytes.Buffer
+	for i := 0; ; i++ {
+		n := b.Len()
+		fmt.Fprintf(&b, "app_requests_%06d_total %d\n", i, i%97)
+		if b.Len() > size {
+			b.Truncate(n)
+			return b.Bytes()
+		}
+	}
+}
+
+// BenchmarkValueMissing reads a page of DefaultMaxBytes that lacks the
+// selected family, misspelt, as the queue-proxy does every second while
+// the selector is wrong: the reads after the first, which explained why.
+func BenchmarkValueMissing(b *testing.B) {
+	p := manyFamilies(DefaultMaxBytes)
+	sel := series.Selector{Name: "app_requests_00012_total"}
+	sc, why := newScratch(), new(explainer)
+	sc.value(p, sel, why)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		if _, err := sc.value(p, sel, why); !errors.Is(err, ErrMissing) {
+			b.Fatalf("value = %v; want an error wrapping %q", err, ErrMissing)
+		}
+	}
+}
+
+// BenchmarkValueMissingFirst is BenchmarkValueMissing's first read: the
+// page's first, or the first since its families changed.
+func BenchmarkValueMissingFirst(b *testing.B) {
+	p := manyFamilies(DefaultMaxBytes)
+	sel := series.Selector{Name: "app_requests_00012_total"}
+	sc := newScratch()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		if _, err := sc.value(p, sel, new(explainer)); !errors.Is(err, ErrMissing) {
+			b.Fatalf("value = %v; want an error wrapping %q", err, ErrMissing)
 		}
 	}
 }

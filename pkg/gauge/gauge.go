@@ -102,6 +102,9 @@ type Scraper struct {
 	// scratch holds *scratch values, so that a scrape reuses the
 	// buffers of the last.
 	scratch sync.Pool
+	// missing remembers why the selected family was last missing, so
+	// that a wrong selector costs each scrape a scan of the page.
+	missing explainer
 }
 
 // New checks cfg and returns a Scraper for it. It reports every problem of
@@ -266,7 +269,7 @@ func (s *Scraper) scrape(parent context.Context) (float64, error) {
 		return 0, fmt.Errorf("%w: the body is longer than MaxBytes (%d bytes); stopped reading there",
 			ErrTooLarge, s.maxBytes)
 	}
-	v, err := sc.value(sc.body.Bytes(), s.sel)
+	v, err := sc.value(sc.body.Bytes(), s.sel, &s.missing)
 	if errors.Is(err, ErrNotNumber) && ct != "" && !strings.HasPrefix(ct, "text/plain") {
 		err = fmt.Errorf("%w (Content-Type %s)", err, ct)
 	}

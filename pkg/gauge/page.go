@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"unicode"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -44,8 +47,10 @@ func newScratch() *scratch {
 // place cheaply (a quoted UTF-8 name) is kept, so what the parser sees of
 // the family is what it would see of it in the whole page. Lines of other
 // families are not parsed, so a malformed one does not stop the gauge from
-// being read; the whole page is parsed only to explain an error.
-func (sc *scratch) value(page []byte, sel series.Selector) (float64, error) {
+// being read. The whole page is parsed only to explain an error; why
+// remembers the explanation of a missing family and gives it again, for
+// the cost of a scan, while the page keeps its families.
+func (sc *scratch) value(page []byte, sel series.Selector, why *explainer) (float64, error) {
 	base := partOf(sel.Name)
 	sc.kept, sc.lines = sc.kept[:0], sc.lines[:0]
 	for n, rest := 1, page; len(rest) > 0; n++ {
@@ -77,7 +82,7 @@ func (sc *scratch) value(page []byte, sel series.Selector) (float64, error) {
 			return 0, fmt.Errorf("%w: %s is part of the %s %s; accepted is a gauge, a counter or an untyped metric",
 				ErrType, sel.Name, typeName(b.GetType()), base)
 		}
-		return 0, missing(page, sel)
+		return 0, why.missing(page, sel)
 	}
 	typ := mf.GetType()
 	if !isNumber(typ) {
@@ -256,54 +261,176 @@ func notText(page []byte, err error, lines []int) error {
 // lineOf returns line n (from 1) of page without its newline, cut to at
 // most limit bytes.
 func lineOf(page []byte, n, limit int) string {
+	line := lineAt(page, n)
+	if len(line) > limit {
+		return string(line[:limit]) + "..."
+	}
+	return string(line)
+}
+
+// explainer remembers why a family was last missing from a page, so that
+// an app read every second while the selector names none of its families
+// is told why once, not on every read. Explaining parses the whole page
+// and searches its families for a spelling (BenchmarkValueMissingFirst:
+// about 50 ms and 21 MB for 1 MiB of distinct families); telling it again
+// scans the page and allocates nothing (BenchmarkValueMissing: about 2 ms).
+// The zero value is ready to use, and it is safe for concurrent use.
+type explainer struct {
+	mu   sync.Mutex
+	last explanation
+}
+
+// explanation is why the family was missing from a page of a shape.
+type explanation struct {
+	err error
+	// shape is the shape of the page err explains.
+	shape uint64
+	// line is the line of the page that err quotes, if err is the page's
+	// parse error, and text a hash of it: the shape leaves out the values
+	// of samples, which may be what did not parse.
+	line int
+	text uint64
+}
+
+// missing explains why no family named sel.Name was found in page: as it
+// explained it for the last page if that page had the same shape, or else
+// anew.
+//
+// A page of the same shape has the same families, so the same error; one
+// that does not parse still has its error where it was if that line did
+// not change. A page of the same shape that no longer parses, at a value,
+// gets the explanation it had when it did: that it has those families and
+// none of them is the one selected, which is still so.
+func (e *explainer) missing(page []byte, sel series.Selector) error {
+	sh := shape(page, sel.Name)
+	e.mu.Lock()
+	last := e.last
+	e.mu.Unlock()
+	if last.err != nil && last.shape == sh && (last.line == 0 || hashLine(page, last.line) == last.text) {
+		return last.err
+	}
+	line, err := missing(page, sel)
+	next := explanation{err: err, shape: sh, line: line}
+	if line > 0 {
+		next.text = hashLine(page, line)
+	}
+	e.mu.Lock()
+	e.last = next
+	e.mu.Unlock()
+	return err
+}
+
+// shapeSeed seeds the hashes of shape and hashLine.
+var shapeSeed = maphash.MakeSeed()
+
+// hashLine hashes line n (from 1) of page.
+func hashLine(page []byte, n int) uint64 {
+	return maphash.Bytes(shapeSeed, lineAt(page, n))
+}
+
+// shape hashes what of page decides why a family named name is missing
+// from it: name, the HELP and TYPE comments, and the name of each run of
+// samples, so that the values and the number of series, which change from
+// read to read, do not change it. It allocates nothing and reads page once.
+func shape(page []byte, name string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(shapeSeed)
+	h.WriteString(name)
+	h.WriteByte('\n')
+	var run []byte // the name of the samples hashed last
+	for rest := page; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		tok := skipBlanks(line)
+		switch {
+		case len(tok) == 0:
+			continue
+		case tok[0] == '#':
+			// The parser skips the comments other than HELP and TYPE.
+			c := skipBlanks(tok[1:])
+			if len(c) >= 5 && (string(c[:4]) == "HELP" || string(c[:4]) == "TYPE") {
+				h.Write(tok)
+				h.WriteByte('\n')
+				run = nil
+			}
+			continue
+		case tok[0] == '{' || tok[0] == '"':
+			// A quoted name, found with the labels.
+			if i := bytes.IndexByte(tok, '}'); i >= 0 {
+				tok = tok[:i+1]
+			}
+		default:
+			// A line that names nothing is kept whole: it is what the
+			// parser stops at.
+			if n := nameAt(tok); len(n) > 0 {
+				tok = n
+			}
+		}
+		if !bytes.Equal(tok, run) {
+			h.Write(tok)
+			h.WriteByte('\n')
+			run = tok
+		}
+	}
+	return h.Sum64()
+}
+
+// lineAt returns line n (from 1) of page without its newline, or nil.
+func lineAt(page []byte, n int) []byte {
 	for ; n > 1; n-- {
 		i := bytes.IndexByte(page, '\n')
 		if i < 0 {
-			return ""
+			return nil
 		}
 		page = page[i+1:]
 	}
 	if i := bytes.IndexByte(page, '\n'); i >= 0 {
-		page = page[:i]
+		return page[:i]
 	}
-	if len(page) > limit {
-		return string(page[:limit]) + "..."
-	}
-	return string(page)
+	return page
 }
 
 // missing explains why no family named sel.Name was found, parsing the
-// whole page to say what it has instead.
-func missing(page []byte, sel series.Selector) error {
+// whole page to say what it has instead. When the page does not parse,
+// line is the line of it that the error quotes.
+func missing(page []byte, sel series.Selector) (line int, err error) {
 	if len(page) > 0 && page[len(page)-1] != '\n' {
 		page = append(page[:len(page):len(page)], '\n') // as value does
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(page))
 	if err != nil {
-		return notText(page, err, nil)
+		var pe expfmt.ParseError
+		if errors.As(err, &pe) {
+			line = pe.Line
+		}
+		return line, notText(page, err, nil)
 	}
 	names := slices.Sorted(maps.Keys(fams))
 	msg := fmt.Sprintf("the page has %d metric families, none named %s", len(names), sel.Name)
 	if hint := suggest(sel.Name, names); hint != "" {
 		msg += "; did you mean " + hint + "?"
 	}
-	return fmt.Errorf("%w: %s", ErrMissing, msg)
+	return 0, fmt.Errorf("%w: %s", ErrMissing, msg)
 }
 
 // suggest returns the family of names the user most likely meant by name,
 // or "": a misspelling of it, its OpenMetrics counter name (name_total), or
 // the one family that is name under a namespace (vllm:name).
 func suggest(name string, names []string) string {
-	if s := spelling.Suggest(name, names); s != "" {
+	if s := spelling.Suggest(name, candidates(name, names)); s != "" {
 		return s
 	}
 	if _, ok := slices.BinarySearch(names, name+"_total"); ok {
 		return name + "_total"
 	}
-	found := ""
+	found, suffix := "", ":"+name
 	for _, n := range names {
-		if strings.HasSuffix(n, ":"+name) {
+		if strings.HasSuffix(n, suffix) {
 			if found != "" {
 				return ""
 			}
@@ -311,4 +438,73 @@ func suggest(name string, names []string) string {
 		}
 	}
 	return found
+}
+
+// maxCandidates bounds the names that suggest hands spelling.Suggest,
+// which compares name with each of them in time and memory that grow with
+// the product of their lengths. A page of 1 MiB holds tens of thousands of
+// families; beyond the first maxCandidates that may do, in their order,
+// the suggestion may miss the best one.
+const maxCandidates = 1000
+
+// candidates returns, in their order, the names that spelling.Suggest may
+// suggest for name, at most maxCandidates of them. As its doc says, it
+// ignores case and the separators '-', '_', '.' and ' ', and suggests a
+// name that is name written another way, one that starts with name when
+// name has at least four letters, or one at most three edits away: so a
+// name with three letters more or fewer than name is a candidate, and a
+// longer one only if it starts with name.
+func candidates(name string, names []string) []string {
+	var w []rune
+	for _, r := range name {
+		if !isSeparator(r) {
+			w = append(w, unicode.ToLower(r))
+		}
+	}
+	const maxEdits = 3
+	var out []string
+	for _, c := range names {
+		n := letters(c)
+		if n >= len(w)-maxEdits && n <= len(w)+maxEdits || len(w) >= 4 && n > len(w) && startsWith(c, w) {
+			out = append(out, c)
+			if len(out) == maxCandidates {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// isSeparator reports whether spelling.Suggest ignores r.
+func isSeparator(r rune) bool {
+	return r == '-' || r == '_' || r == '.' || r == ' '
+}
+
+// letters returns the number of runes of s that are not separators.
+func letters(s string) int {
+	n := 0
+	for _, r := range s {
+		if !isSeparator(r) {
+			n++
+		}
+	}
+	return n
+}
+
+// startsWith reports whether s, without its separators and in lower case,
+// starts with prefix.
+func startsWith(s string, prefix []rune) bool {
+	for _, r := range s {
+		if len(prefix) == 0 {
+			return true
+		}
+		if isSeparator(r) {
+			continue
+		}
+		if unicode.ToLower(r) != prefix[0] {
+			return false
+		}
+		prefix = prefix[1:]
+	}
+	return len(prefix) == 0
 }

@@ -399,12 +399,21 @@ func TestScrapeRequest(t *testing.T) {
 func TestScrapeConcurrent(t *testing.T) {
 	srv := serve(t, page(vllm))
 	s := scraper(t, srv.URL, `vllm:num_requests_waiting{model_name="llama"}`, Config{})
+	misspelt := scraper(t, srv.URL, "vllm:num_request_waiting", Config{})
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for range 20 {
 				if v, err := s.Scrape(t.Context()); err != nil || v != 9 {
 					t.Errorf("Scrape = %v, %v; want 9", v, err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			for range 20 {
+				if _, err := misspelt.Scrape(t.Context()); !errors.Is(err, ErrMissing) {
+					t.Errorf("Scrape = %v; want an error wrapping %q", err, ErrMissing)
 					return
 				}
 			}
@@ -517,10 +526,10 @@ func FuzzScrapeBody(f *testing.F) {
 		f.Add([]byte(body))
 	}
 	sels := []series.Selector{{Name: "a"}, {Name: "a_count"}, {Name: "a", Labels: map[string]string{"x": "1"}}}
-	sc := newScratch()
+	sc, why := newScratch(), new(explainer)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, sel := range sels {
-			v, err := sc.value(body, sel)
+			v, err := sc.value(body, sel, why)
 			switch {
 			case err == nil && (math.IsNaN(v) || math.IsInf(v, 0) || v < 0):
 				t.Fatalf("value(%q, %s) = %v, want a finite number >= 0", body, sel, v)

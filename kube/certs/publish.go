@@ -2,11 +2,16 @@ package certs
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/swell-run/swell/kube"
@@ -25,20 +31,27 @@ const fieldManager = "swell"
 
 // webhookConfig is one kind of webhook configuration, read and patched.
 type webhookConfig struct {
-	kind string
-	// get returns the name and caBundle of each webhook of the
-	// configuration, in order.
-	get   func(ctx context.Context, name string) (names []string, bundles [][]byte, err error)
+	kind  string
+	get   func(ctx context.Context, name string) (webhooks, error)
 	patch func(ctx context.Context, name string, patch []byte) error
 }
 
-// namesAndBundles lists the name and CA bundle of each webhook, in order.
-func namesAndBundles[W any](webhooks []W, of func(W) (string, []byte)) ([]string, [][]byte) {
-	names, bundles := make([]string, len(webhooks)), make([][]byte, len(webhooks))
-	for i, w := range webhooks {
-		names[i], bundles[i] = of(w)
+// webhooks is what publishing reads of a webhook configuration: its
+// resourceVersion, and the name and caBundle of each webhook, in order.
+type webhooks struct {
+	resourceVersion string
+	names           []string
+	bundles         [][]byte
+}
+
+// webhooksOf reads the resourceVersion and each webhook's name and CA
+// bundle, in order.
+func webhooksOf[W any](resourceVersion string, list []W, of func(W) (string, []byte)) webhooks {
+	w := webhooks{resourceVersion: resourceVersion, names: make([]string, len(list)), bundles: make([][]byte, len(list))}
+	for i, x := range list {
+		w.names[i], w.bundles[i] = of(x)
 	}
-	return names, bundles
+	return w
 }
 
 func (m *Manager) webhookConfigs() []webhookConfig {
@@ -46,15 +59,14 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 	return []webhookConfig{
 		{
 			kind: "MutatingWebhookConfiguration",
-			get: func(ctx context.Context, name string) ([]string, [][]byte, error) {
+			get: func(ctx context.Context, name string) (webhooks, error) {
 				c, err := adm.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
-					return nil, nil, err
+					return webhooks{}, err
 				}
-				names, bundles := namesAndBundles(c.Webhooks, func(w admissionregistrationv1.MutatingWebhook) (string, []byte) {
+				return webhooksOf(c.ResourceVersion, c.Webhooks, func(w admissionregistrationv1.MutatingWebhook) (string, []byte) {
 					return w.Name, w.ClientConfig.CABundle
-				})
-				return names, bundles, nil
+				}), nil
 			},
 			patch: func(ctx context.Context, name string, patch []byte) error {
 				_, err := adm.MutatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
@@ -63,15 +75,14 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 		},
 		{
 			kind: "ValidatingWebhookConfiguration",
-			get: func(ctx context.Context, name string) ([]string, [][]byte, error) {
+			get: func(ctx context.Context, name string) (webhooks, error) {
 				c, err := adm.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
-					return nil, nil, err
+					return webhooks{}, err
 				}
-				names, bundles := namesAndBundles(c.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) (string, []byte) {
+				return webhooksOf(c.ResourceVersion, c.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) (string, []byte) {
 					return w.Name, w.ClientConfig.CABundle
-				})
-				return names, bundles, nil
+				}), nil
 			},
 			patch: func(ctx context.Context, name string, patch []byte) error {
 				_, err := adm.ValidatingWebhookConfigurations().Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: fieldManager})
@@ -81,25 +92,31 @@ func (m *Manager) webhookConfigs() []webhookConfig {
 	}
 }
 
-// publish makes bundle the caBundle of every webhook of both webhook
-// configurations and the content of the CA ConfigMap. It reports whether
-// every configuration that exists now, and the ConfigMap, hold it; a
-// configuration that does not exist yet is no error (its creation is a
-// change Run sees).
+// publish makes the caBundle of every webhook of both webhook
+// configurations, and the content of the CA ConfigMap, hold the CAs of
+// ours (the Secret's bundle) merged with what each holds already (see
+// mergeBundle), merging again from what it reads at every attempt. It
+// reports whether every configuration that exists now, and the ConfigMap,
+// hold ours; a configuration that does not exist yet is no error (its
+// creation is a change Run sees).
 //
 // It patches with a JSON patch that sets only the caBundle of the webhooks
 // that differ, each guarded by a test of the webhook's name, so it never
-// touches another field, not even one this client does not know; a patch
-// that raced with another change to the list is read and made again.
-func (m *Manager) publish(ctx context.Context, bundle []byte) (bool, error) {
+// touches another field, not even one this client does not know. The patch
+// also carries the resourceVersion read, which makes the API server refuse
+// it with a Conflict if the configuration changed since: a patch computed
+// from a bundle another replica has since rewritten would undo that write.
+// A refused patch is read, merged and made again.
+func (m *Manager) publish(ctx context.Context, ours []*x509.Certificate, now time.Time) (bool, error) {
+	merge := func(published []byte) []byte { return mergeBundle(published, ours, now) }
 	var errs []error
 	for _, wc := range m.webhookConfigs() {
 		err := retry.OnError(retry.DefaultRetry, retriable, func() error {
-			names, bundles, err := wc.get(ctx, m.webhookName)
+			w, err := wc.get(ctx, m.webhookName)
 			if err != nil {
 				return err
 			}
-			patch, n := caBundlePatch(names, bundles, bundle)
+			patch, n := caBundlePatch(w, merge)
 			if n == 0 {
 				return nil
 			}
@@ -116,15 +133,17 @@ func (m *Manager) publish(ctx context.Context, bundle []byte) (bool, error) {
 			errs = append(errs, fmt.Errorf("patch the CA bundle into %s %s: %w", wc.kind, m.webhookName, err))
 		}
 	}
-	if err := m.publishConfigMap(ctx, bundle); err != nil {
+	if err := m.publishConfigMap(ctx, merge); err != nil {
 		errs = append(errs, err)
 	}
 	return len(errs) == 0, errors.Join(errs...)
 }
 
-// publishConfigMap makes bundle the CA ConfigMap's kube.CAConfigMapKey,
-// creating the ConfigMap if it is absent. Its other keys stay.
-func (m *Manager) publishConfigMap(ctx context.Context, bundle []byte) error {
+// publishConfigMap sets the CA ConfigMap's kube.CAConfigMapKey to merge of
+// what it holds, creating the ConfigMap if it is absent. Its other keys
+// stay. An update that another write beat is refused (the resourceVersion
+// read is no longer current), and read, merged and made again.
+func (m *Manager) publishConfigMap(ctx context.Context, merge func(published []byte) []byte) error {
 	cms := m.client.CoreV1().ConfigMaps(m.namespace)
 	err := retry.OnError(retry.DefaultRetry, func(err error) bool {
 		return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
@@ -136,7 +155,7 @@ func (m *Manager) publishConfigMap(ctx context.Context, bundle []byte) error {
 					Name: m.caConfigMap, Namespace: m.namespace,
 					Labels: map[string]string{kube.LabelManagedBy: kube.ManagedBy},
 				},
-				Data: map[string]string{kube.CAConfigMapKey: string(bundle)},
+				Data: map[string]string{kube.CAConfigMapKey: string(merge(nil))},
 			}, metav1.CreateOptions{FieldManager: fieldManager})
 			if err == nil {
 				m.log.Info("created the CA ConfigMap", zap.String("configMap", m.namespace+"/"+m.caConfigMap))
@@ -146,7 +165,9 @@ func (m *Manager) publishConfigMap(ctx context.Context, bundle []byte) error {
 		if err != nil {
 			return err
 		}
-		if cm.Data[kube.CAConfigMapKey] == string(bundle) {
+		published := cm.Data[kube.CAConfigMapKey]
+		bundle := merge([]byte(published))
+		if published == string(bundle) {
 			return nil
 		}
 		cm = cm.DeepCopy()
@@ -165,6 +186,50 @@ func (m *Manager) publishConfigMap(ctx context.Context, bundle []byte) error {
 	return nil
 }
 
+// mergeBundle is the CA bundle to publish in place of published, at now:
+// the CAs of ours (the Secret's bundle as this replica read it), and those
+// of published that are newer than all of ours, all but what has expired.
+// A replica that read the Secret before another rotated the CA thus never
+// takes the new CA away from the clients that must trust what it signs.
+// The rest of published goes: CAs no newer than ours that ours do not
+// hold, which the Secret let expire or dropped when it started over with a
+// new CA (so deleting the Secret to be rid of a CA still works), and
+// whatever is not a CA certificate.
+//
+// The order is newest first, by NotBefore then serial number: the same for
+// every replica that holds the same CAs, so that they write the same
+// bytes, and none writes again what another wrote.
+func mergeBundle(published []byte, ours []*x509.Certificate, now time.Time) []byte {
+	var newest time.Time
+	for _, c := range ours {
+		if c.NotBefore.After(newest) {
+			newest = c.NotBefore
+		}
+	}
+	cas := slices.Clone(ours)
+	for rest := published; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		if block.Type != cert.CertificateBlockType {
+			continue
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil || !c.BasicConstraintsValid || !c.IsCA || !c.NotBefore.After(newest) {
+			continue
+		}
+		cas = append(cas, c)
+	}
+	cas = slices.DeleteFunc(cas, func(c *x509.Certificate) bool { return !now.Before(c.NotAfter) })
+	slices.SortFunc(cas, func(a, b *x509.Certificate) int {
+		return cmp.Or(b.NotBefore.Compare(a.NotBefore), b.SerialNumber.Cmp(a.SerialNumber), bytes.Compare(a.Raw, b.Raw))
+	})
+	cas = slices.CompactFunc(cas, func(a, b *x509.Certificate) bool { return bytes.Equal(a.Raw, b.Raw) })
+	b, _ := cert.EncodeCertificates(cas...) // writing PEM to memory does not fail
+	return b
+}
+
 // retriable says whether a failed read or patch of a webhook configuration
 // may succeed if made again at once: not if the configuration is gone or
 // Swell may not touch it.
@@ -180,13 +245,15 @@ type patchOp struct {
 	Value any    `json:"value"`
 }
 
-// caBundlePatch is the JSON patch setting bundle as the caBundle of each
-// webhook (named names, holding bundles) that does not have it yet, and how
+// caBundlePatch is the JSON patch that sets the caBundle of each webhook of
+// w to merge of it, where that differs, made at w's resourceVersion; and how
 // many webhooks it changes.
-func caBundlePatch(names []string, bundles [][]byte, bundle []byte) ([]byte, int) {
-	var ops []patchOp
-	for i, name := range names {
-		if bytes.Equal(bundles[i], bundle) {
+func caBundlePatch(w webhooks, merge func(published []byte) []byte) ([]byte, int) {
+	// "add" sets a member whether or not it is there.
+	ops := []patchOp{{Op: "add", Path: "/metadata/resourceVersion", Value: w.resourceVersion}}
+	for i, name := range w.names {
+		bundle := merge(w.bundles[i])
+		if bytes.Equal(w.bundles[i], bundle) {
 			continue
 		}
 		at := "/webhooks/" + strconv.Itoa(i)
@@ -195,9 +262,9 @@ func caBundlePatch(names []string, bundles [][]byte, bundle []byte) ([]byte, int
 			patchOp{Op: "add", Path: at + "/clientConfig/caBundle", Value: bundle}, // base64 in JSON, as the API has it
 		)
 	}
-	if len(ops) == 0 {
+	if len(ops) == 1 {
 		return nil, 0
 	}
 	b, _ := json.Marshal(ops) // strings and bytes always marshal
-	return b, len(ops) / 2
+	return b, (len(ops) - 1) / 2
 }

@@ -35,7 +35,7 @@ const maxSteps = 8
 //  3. a CA due for renewal is replaced, the old one kept in the bundle;
 //     expired CAs leave the bundle;
 //  4. the bundle is patched into the webhook configurations and written to
-//     the CA ConfigMap;
+//     the CA ConfigMap, with any newer CA they hold kept (see mergeBundle);
 //  5. a serving certificate due for renewal, or signed by an older CA, is
 //     reissued by the current CA, but a change of CA only once the
 //     configurations and the ConfigMap hold the bundle, so that no caller
@@ -114,7 +114,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			continue
 		}
 
-		published, perr := m.publish(ctx, auth.encodeBundle())
+		published, perr := m.publish(ctx, auth.bundle, now)
 		newCA := signer != auth.cert
 		if (newCA || !now.Before(renewAt(srv.cert))) && (!newCA || published) {
 			s, err = m.write(ctx, s, auth, serving{}, "renewed the serving certificate")

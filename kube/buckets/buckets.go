@@ -71,8 +71,9 @@ type Config struct {
 	// ready, and this one must have led it, before it is given back.
 	Settle time.Duration
 	// OnStarted runs when this replica takes bucket b, on its own
-	// goroutine; ctx ends when it stops leading b. OnStopped runs after,
-	// once b is no longer led here (released, lost, or at the end).
+	// goroutine; ctx ends when it stops leading b, and OnStarted must
+	// return then. OnStopped runs after OnStarted has returned, once b is
+	// no longer led here (released, lost, or at the end).
 	OnStarted func(ctx context.Context, b int)
 	OnStopped func(b int)
 	// Recorder records the Leases' leader changes; optional.
@@ -204,27 +205,7 @@ func (m *Manager) elect(ctx context.Context, b int) {
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	name := kube.BucketLeaseName(b, m.cfg.Buckets)
-	var (
-		startedMu sync.Mutex
-		started   bool
-	)
-	// stop hands b back to the caller once: before the Lease is released
-	// when this replica gives b back, when the election ends otherwise
-	// (client-go calls OnStoppedLeading whether it led or not).
-	stop := func() {
-		startedMu.Lock()
-		was := started
-		started = false
-		startedMu.Unlock()
-		if !was {
-			return
-		}
-		m.mu.Lock()
-		delete(m.led, b)
-		m.mu.Unlock()
-		m.cfg.Logger.Info("no longer leading bucket", zap.Int("bucket", b), zap.String("lease", name))
-		m.cfg.OnStopped(b)
-	}
+	t := &term{m: m, b: b, name: name}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: m.cfg.Namespace, Name: name},
@@ -237,17 +218,9 @@ func (m *Manager) elect(ctx context.Context, b int) {
 		ReleaseOnCancel: true,
 		Name:            name,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) {
-				startedMu.Lock()
-				started = true
-				startedMu.Unlock()
-				m.mu.Lock()
-				m.led[b] = m.cfg.Clock.Now()
-				m.mu.Unlock()
-				m.cfg.Logger.Info("leading bucket", zap.Int("bucket", b), zap.String("lease", name))
-				m.cfg.OnStarted(lctx, b)
-			},
-			OnStoppedLeading: func() { stop() },
+			OnStartedLeading: t.start,
+			// Called whether or not it led: stop is then a no-op.
+			OnStoppedLeading: t.stop,
 		},
 	})
 	if err != nil { // only for a bad configuration, which New checked
@@ -273,13 +246,74 @@ func (m *Manager) elect(ctx context.Context, b int) {
 		if elector.IsLeader() {
 			if m.giveBack(b) {
 				m.cfg.Logger.Info("giving a bucket back: this replica leads more than its share", zap.Int("bucket", b))
-				stop() // its services leave this replica before the Lease goes
+				t.stop() // its services leave this replica before the Lease goes
 				cancel()
 			}
 		} else if !m.contend(b) {
 			cancel()
 		}
 	}
+}
+
+// term is one election's lead of a bucket. client-go calls
+// OnStartedLeading on a goroutine of its own and OnStoppedLeading when the
+// election ends, so the two can run in either order: a start that ran
+// after the stop would leave this replica acting for a bucket whose Lease
+// it released, and one that ran alongside it would let OnStopped run
+// before OnStarted. term makes them take effect in the order of the lead
+// itself: a start after the stop, or once the lease's context ended, takes
+// nothing; a stop ends OnStarted's context and waits for it to return
+// before OnStopped.
+type term struct {
+	m    *Manager
+	b    int
+	name string
+
+	mu     sync.Mutex
+	ended  bool               // stopped: no later start takes b
+	cancel context.CancelFunc // ends OnStarted's context; nil until started
+	done   chan struct{}      // closed when OnStarted has returned
+}
+
+// start takes b for this term, unless the term or its lease (lctx) has
+// ended, and runs OnStarted until b is no longer led here.
+func (t *term) start(lctx context.Context) {
+	t.mu.Lock()
+	if t.ended || t.cancel != nil || lctx.Err() != nil {
+		t.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithCancel(lctx)
+	done := make(chan struct{})
+	defer close(done)
+	t.cancel, t.done = cancel, done
+	t.m.mu.Lock()
+	t.m.led[t.b] = t.m.cfg.Clock.Now()
+	t.m.mu.Unlock()
+	t.mu.Unlock()
+	t.m.cfg.Logger.Info("leading bucket", zap.Int("bucket", t.b), zap.String("lease", t.name))
+	t.m.cfg.OnStarted(ctx, t.b)
+}
+
+// stop ends the term and, if it took b, hands b back to the caller once:
+// before the Lease is released when this replica gives b back, when the
+// election ends otherwise.
+func (t *term) stop() {
+	t.mu.Lock()
+	led := !t.ended && t.cancel != nil
+	t.ended = true
+	cancel, done := t.cancel, t.done
+	t.mu.Unlock()
+	if !led {
+		return
+	}
+	cancel()
+	<-done
+	t.m.mu.Lock()
+	delete(t.m.led, t.b)
+	t.m.mu.Unlock()
+	t.m.cfg.Logger.Info("no longer leading bucket", zap.Int("bucket", t.b), zap.String("lease", t.name))
+	t.m.cfg.OnStopped(t.b)
 }
 
 // peers are the ready autoscaler Pods that are not being deleted, by name,

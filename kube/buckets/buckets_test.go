@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,10 +39,12 @@ func newRig(t *testing.T, identity string, buckets int) *rig {
 	}
 	r.m = &Manager{
 		cfg: Config{Namespace: ns, Identity: identity, Buckets: buckets, Peers: labels.Everything(),
-			LeaseDuration: 15 * time.Second, RetryPeriod: 2 * time.Second, Grace: 15 * time.Second, Settle: 15 * time.Second, Clock: r.clk},
-		pods:   corelisters.NewPodLister(r.pods),
-		leases: coordinationlisters.NewLeaseLister(r.leases),
-		led:    map[int]time.Time{},
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second, Grace: 15 * time.Second, Settle: 15 * time.Second,
+			Clock: r.clk, Logger: zap.NewNop()},
+		pods:    corelisters.NewPodLister(r.pods),
+		leases:  coordinationlisters.NewLeaseLister(r.leases),
+		led:     map[int]time.Time{},
+		changed: make(chan struct{}),
 	}
 	return r
 }

@@ -209,7 +209,7 @@ func BenchmarkScrape(b *testing.B) {
 				ctx := context.Background()
 				var r stats.Report
 				scrape := func() {
-					if res, err := s.scrape(ctx, time.Now().Add(DefaultScrapeTimeout), addr, &r); err != nil {
+					if res, err := s.scrape(ctx, time.Now().Add(DefaultScrapeTimeout), podID{addr: addr}, &r); err != nil {
 						b.Fatal(resultNames[res], err)
 					}
 				}
@@ -232,9 +232,9 @@ func BenchmarkScrape(b *testing.B) {
 // scrape.
 type closingScraper struct{ *httpScraper }
 
-func (s closingScraper) scrape(ctx context.Context, deadline time.Time, addr string, r *stats.Report) (scrapeResult, error) {
+func (s closingScraper) scrape(ctx context.Context, deadline time.Time, pod podID, r *stats.Report) (scrapeResult, error) {
 	defer s.client.CloseIdleConnections()
-	return s.httpScraper.scrape(ctx, deadline, addr, r)
+	return s.httpScraper.scrape(ctx, deadline, pod, r)
 }
 
 // cpuTime returns the CPU time, user and system, the process has used.

@@ -80,19 +80,20 @@ func (s *connScraper) reset() {
 // aLongTimeAgo is a deadline that has passed.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func (s *connScraper) scrape(ctx context.Context, deadline time.Time, addr string, r *stats.Report) (scrapeResult, error) {
-	res, err := s.get(ctx, deadline, addr, r)
+func (s *connScraper) scrape(ctx context.Context, deadline time.Time, pod podID, r *stats.Report) (scrapeResult, error) {
+	res, err := s.get(ctx, deadline, pod, r)
 	if err != nil {
-		return res, fmt.Errorf("scrape %s: %w", addr, err)
+		return res, fmt.Errorf("scrape %s: %w", pod.addr, err)
 	}
 	return resultOK, nil
 }
 
-// get fetches addr's report into r. A connection from the pool that
-// turns out closed before it answered anything (the pod closed it while
-// it was idle) is replaced by a new one once.
-func (s *connScraper) get(ctx context.Context, deadline time.Time, addr string, r *stats.Report) (scrapeResult, error) {
-	req, err := appendRequest(s.req[:0], addr)
+// get fetches pod's report into r, on pod's own connection from the pool
+// or a new one. A connection from the pool that turns out closed before it
+// answered anything (the pod closed it while it was idle) is replaced by a
+// new one once.
+func (s *connScraper) get(ctx context.Context, deadline time.Time, pod podID, r *stats.Report) (scrapeResult, error) {
+	req, err := appendRequest(s.req[:0], pod.addr)
 	if err != nil {
 		return resultError, err
 	}
@@ -103,11 +104,11 @@ func (s *connScraper) get(ctx context.Context, deadline time.Time, addr string, 
 	if cancelled != nil {
 		return classify(cancelled), cancelled
 	}
-	c := s.pool.get(addr, time.Now())
+	c := s.pool.get(pod, time.Now())
 	reused := c != nil
 	for {
 		if c == nil {
-			if c, err = s.dial(ctx, deadline, addr); err != nil {
+			if c, err = s.dial(ctx, deadline, pod.addr); err != nil {
 				return classify(err), err
 			}
 		}
@@ -119,7 +120,7 @@ func (s *connScraper) get(ctx context.Context, deadline time.Time, addr string, 
 		if !keep || err != nil {
 			c.Close()
 		} else {
-			s.pool.put(addr, c, time.Now())
+			s.pool.put(pod, c, time.Now())
 		}
 		switch {
 		case err != nil && cancelled != nil:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -24,9 +25,13 @@ import (
 type rawPod struct {
 	l       net.Listener
 	accepts atomic.Int64
-	mu      sync.Mutex
-	reqs    [][]byte
-	wg      sync.WaitGroup
+	// open counts the connections not yet ended; ended is sent to, when
+	// it has room, after each end.
+	open  atomic.Int64
+	ended chan struct{}
+	mu    sync.Mutex
+	reqs  [][]byte
+	wg    sync.WaitGroup
 }
 
 // newRawPod serves answer on loopback: it is called with each request
@@ -38,7 +43,7 @@ func newRawPod(t testing.TB, answer func(c net.Conn, req []byte) (keep bool)) *r
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rawPod{l: l}
+	p := &rawPod{l: l, ended: make(chan struct{}, 1)}
 	var conns sync.Map
 	p.wg.Go(func() {
 		for {
@@ -47,8 +52,16 @@ func newRawPod(t testing.TB, answer func(c net.Conn, req []byte) (keep bool)) *r
 				return
 			}
 			p.accepts.Add(1)
+			p.open.Add(1)
 			conns.Store(c, true)
 			p.wg.Go(func() {
+				defer func() {
+					p.open.Add(-1)
+					select {
+					case p.ended <- struct{}{}:
+					default:
+					}
+				}()
 				defer c.Close()
 				defer conns.Delete(c)
 				var buf []byte
@@ -83,6 +96,24 @@ func newRawPod(t testing.TB, answer func(c net.Conn, req []byte) (keep bool)) *r
 }
 
 func (p *rawPod) addr() string { return p.l.Addr().String() }
+
+// id is the pod as a scrape that knows only its address names it.
+func (p *rawPod) id() podID { return podID{addr: p.addr()} }
+
+// waitOpen waits until the pod has n connections open: until those the
+// scraper closed have ended at the pod's side too.
+func (p *rawPod) waitOpen(t testing.TB, n int64) {
+	t.Helper()
+	guard := time.NewTimer(10 * time.Second)
+	defer guard.Stop()
+	for p.open.Load() != n {
+		select {
+		case <-p.ended:
+		case <-guard.C:
+			t.Fatalf("the pod has %d connections open, want %d", p.open.Load(), n)
+		}
+	}
+}
 
 // requests returns the request heads the pod received.
 func (p *rawPod) requests() [][]byte {
@@ -218,7 +249,7 @@ func TestScrapeResponses(t *testing.T) {
 			s, pool := testScraper(t, timeout)
 			var r stats.Report
 			start := time.Now()
-			res, err := s.scrape(context.Background(), start.Add(timeout), pod.addr(), &r)
+			res, err := s.scrape(context.Background(), start.Add(timeout), pod.id(), &r)
 			if elapsed := time.Since(start); elapsed > timeout+time.Second {
 				t.Errorf("the scrape took %v, its deadline was %v", elapsed, timeout)
 			}
@@ -244,7 +275,7 @@ func TestScrapeRequest(t *testing.T) {
 	pod := newRawPod(t, reply(okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), "")))
 	s, _ := testScraper(t, time.Second)
 	var r stats.Report
-	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.id(), &r); err != nil {
 		t.Fatal(err)
 	}
 	want := "GET " + network.StatsPath + " HTTP/1.1\r\nHost: " + pod.addr() + "\r\nUser-Agent: swell-autoscaler\r\n" +
@@ -253,7 +284,7 @@ func TestScrapeRequest(t *testing.T) {
 		t.Fatalf("requests %q, want %q", got, want)
 	}
 	for _, addr := range []string{"10.0.0.1:9090\r\nX-Evil: 1", "10.0.0.1:9090 HTTP/1.0", "", "10.0.0.1:\x7f"} {
-		if res, err := s.scrape(context.Background(), time.Now().Add(time.Second), addr, &r); res != resultError || err == nil || !strings.Contains(err.Error(), "not host:port") {
+		if res, err := s.scrape(context.Background(), time.Now().Add(time.Second), podID{addr: addr}, &r); res != resultError || err == nil || !strings.Contains(err.Error(), "not host:port") {
 			t.Errorf("scrape %q: %s, %v; want an error", addr, resultNames[res], err)
 		}
 	}
@@ -274,7 +305,7 @@ func TestScrapeKeepsTheConnection(t *testing.T) {
 	s, pool := testScraper(t, time.Second)
 	var r stats.Report
 	for i := range 5 {
-		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.id(), &r); err != nil {
 			t.Fatalf("scrape %d: %v", i, err)
 		}
 	}
@@ -295,7 +326,7 @@ func TestScrapeKeepsTheConnection(t *testing.T) {
 		return false
 	})
 	for i := range 3 {
-		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), closer.addr(), &r); err != nil {
+		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), closer.id(), &r); err != nil {
 			t.Fatalf("scrape %d: %v", i, err)
 		}
 	}
@@ -331,14 +362,14 @@ func TestScrapeDropsAConnectionWithBytesWaiting(t *testing.T) {
 	})
 	s, _ := testScraper(t, time.Second)
 	var r stats.Report
-	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.id(), &r); err != nil {
 		t.Fatal(err)
 	}
 	close(sendForgery)
 	// On loopback the bytes are in the scraper's socket once the write
 	// returned.
 	<-forgerySent
-	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.addr(), &r); err != nil {
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.id(), &r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Concurrency != busyReport.Concurrency || r.Requests != busyReport.Requests {
@@ -350,6 +381,133 @@ func TestScrapeDropsAConnectionWithBytesWaiting(t *testing.T) {
 
 }
 
+// TestScrapeKeysConnectionsByPod: a connection opened to one pod never
+// serves another at the same address (review finding 3): pod b's scrape
+// dials a connection of its own, and never reads what pod a's connection
+// answers, while pod a's next scrape still goes on a's. The look before
+// reuse sees only bytes that have arrived; the connection's other end
+// answers the next request as it likes, and on a's connection it answers
+// with a forgery.
+func TestScrapeKeysConnectionsByPod(t *testing.T) {
+	real := okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), "")
+	forged := busyReport
+	forged.Concurrency, forged.Requests = 42, 4242
+	forgery := okResponse(stats.ContentTypeV3, forged.AppendBinaryV3(nil), "")
+	var mu sync.Mutex
+	var first net.Conn
+	answered := map[net.Conn]int{}
+	pod := newRawPod(t, func(c net.Conn, _ []byte) bool {
+		mu.Lock()
+		if first == nil {
+			first = c
+		}
+		answered[c]++
+		forge := c == first && answered[c] > 1
+		mu.Unlock()
+		if forge {
+			c.Write([]byte(forgery))
+		} else {
+			c.Write([]byte(real))
+		}
+		return true
+	})
+	a := podID{service: "team-a/web", addr: pod.addr()}
+	b := podID{service: "team-b/api", addr: pod.addr()}
+	s, pool := testScraper(t, time.Second)
+	var r stats.Report
+	for _, id := range []podID{a, b, a} {
+		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), id, &r); err != nil {
+			t.Fatal(err)
+		}
+		if id == b && (r.Concurrency != busyReport.Concurrency || r.Requests != busyReport.Requests) {
+			t.Fatalf("pod b's scrape read concurrency %v, %d requests: the answer on pod a's connection; want b's own, %v and %d",
+				r.Concurrency, r.Requests, busyReport.Concurrency, busyReport.Requests)
+		}
+	}
+	if got := pod.accepts.Load(); got != 2 {
+		t.Errorf("%d connections for a, b, a at one address, want 2: one for each pod", got)
+	}
+	if pool.len() != 2 {
+		t.Errorf("the pool holds %d connections, want 2: a's and b's", pool.len())
+	}
+}
+
+// TestScrapeKeepsAConnectionPastItsDeadline: the deadline of a kept
+// connection's last scrape has passed by the next round; the look before
+// reuse does not mind it, and the next scrape goes on the same connection.
+func TestScrapeKeepsAConnectionPastItsDeadline(t *testing.T) {
+	pod := newRawPod(t, reply(okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), "")))
+	s, pool := testScraper(t, time.Second)
+	var r stats.Report
+	for i := range 3 {
+		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod.id(), &r); err != nil {
+			t.Fatalf("scrape %d: %v", i, err)
+		}
+		// As the second to the next round does.
+		for j := range pool.shards {
+			sh := &pool.shards[j]
+			sh.mu.Lock()
+			for _, ic := range sh.conns {
+				ic.c.SetDeadline(aLongTimeAgo)
+			}
+			sh.mu.Unlock()
+		}
+	}
+	if got := pod.accepts.Load(); got != 1 {
+		t.Fatalf("%d connections for 3 scrapes, each after the last one's deadline; want 1", got)
+	}
+}
+
+// TestScrapeOnAKeptConnectionAllocatesNothing: the look before reuse
+// included. The pod allocates nothing either, for the count is the
+// process's: it reads each request whole, as long as the scraper sends it,
+// and writes one answer.
+func TestScrapeOnAKeptConnectionAllocatesNothing(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pod := podID{service: "ns/svc", addr: l.Addr().String()}
+	req, err := appendRequest(nil, pod.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := []byte(okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), ""))
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, len(req))
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(answer); err != nil {
+				return
+			}
+		}
+	}()
+	s, pool := testScraper(t, time.Second)
+	var r stats.Report
+	var failed error
+	scrape := func() {
+		if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), pod, &r); err != nil {
+			failed = err
+		}
+	}
+	scrape()
+	if n := testing.AllocsPerRun(100, scrape); n != 0 || failed != nil {
+		t.Fatalf("%v allocs a scrape on a kept connection (error: %v), want 0", n, failed)
+	}
+	pool.closeIdle(time.Now().Add(time.Hour))
+	<-served
+}
+
 // TestScrapeAbort: abort ends a scrape in progress at once, and fails the
 // next ones without a request until reset.
 func TestScrapeAbort(t *testing.T) {
@@ -358,7 +516,7 @@ func TestScrapeAbort(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var r stats.Report
-		_, err := s.scrape(context.Background(), time.Now().Add(time.Minute), pod.addr(), &r)
+		_, err := s.scrape(context.Background(), time.Now().Add(time.Minute), pod.id(), &r)
 		done <- err
 	}()
 	for len(pod.requests()) == 0 {
@@ -374,7 +532,7 @@ func TestScrapeAbort(t *testing.T) {
 		t.Fatal("abort did not end the scrape")
 	}
 	var r stats.Report
-	if res, err := s.scrape(context.Background(), time.Now().Add(time.Minute), pod.addr(), &r); res != resultError || !errors.Is(err, context.Canceled) {
+	if res, err := s.scrape(context.Background(), time.Now().Add(time.Minute), pod.id(), &r); res != resultError || !errors.Is(err, context.Canceled) {
 		t.Fatalf("scrape after abort: %s, %v; want context.Canceled", resultNames[res], err)
 	}
 	if n := pod.accepts.Load(); n != 1 {
@@ -383,7 +541,7 @@ func TestScrapeAbort(t *testing.T) {
 	s.reset()
 	ok := okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), "")
 	good := newRawPod(t, reply(ok))
-	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), good.addr(), &r); err != nil {
+	if _, err := s.scrape(context.Background(), time.Now().Add(time.Second), good.id(), &r); err != nil {
 		t.Fatalf("scrape after reset: %v", err)
 	}
 }
@@ -416,26 +574,27 @@ func TestRoundCancelled(t *testing.T) {
 func TestConnPool(t *testing.T) {
 	var closed atomic.Int64
 	conn := func() net.Conn { return &countingConn{closed: &closed} }
+	at := func(addr string) podID { return podID{addr: addr} }
 	now := time.Now()
 	p := newConnPool(2, time.Minute)
 	a, b := conn(), conn()
-	p.put("a", a, now)
-	p.put("a", b, now) // a second for one address
+	p.put(at("a"), a, now)
+	p.put(at("a"), b, now) // a second for one pod
 	if closed.Load() != 1 || p.len() != 1 {
-		t.Fatalf("two connections for one address: %d closed, %d kept; want 1 and 1", closed.Load(), p.len())
+		t.Fatalf("two connections for one pod: %d closed, %d kept; want 1 and 1", closed.Load(), p.len())
 	}
-	p.put("b", conn(), now)
-	p.put("c", conn(), now) // past max
+	p.put(at("b"), conn(), now)
+	p.put(at("c"), conn(), now) // past max
 	if closed.Load() != 2 || p.len() != 2 {
 		t.Fatalf("past max: %d closed, %d kept; want 2 and 2", closed.Load(), p.len())
 	}
-	if got := p.get("a", now.Add(time.Second)); got != a {
+	if got := p.get(at("a"), now.Add(time.Second)); got == nil || got.(*poolConn).Conn != a {
 		t.Fatalf("get(a) = %v, want the connection put", got)
 	}
-	if got := p.get("a", now); got != nil || p.len() != 1 {
+	if got := p.get(at("a"), now); got != nil || p.len() != 1 {
 		t.Fatalf("get(a) again = %v, want none; %d kept, want 1", got, p.len())
 	}
-	if got := p.get("b", now.Add(time.Minute)); got != nil || closed.Load() != 3 {
+	if got := p.get(at("b"), now.Add(time.Minute)); got != nil || closed.Load() != 3 {
 		t.Fatalf("get(b) after its idle time = %v, %d closed; want none, and it closed", got, closed.Load())
 	}
 	if p.len() != 0 {
@@ -445,7 +604,7 @@ func TestConnPool(t *testing.T) {
 	// The sweeper closes what nobody takes.
 	p = newConnPool(10, 50*time.Millisecond)
 	for i := range 3 {
-		p.put(strconv.Itoa(i), conn(), time.Now())
+		p.put(at(strconv.Itoa(i)), conn(), time.Now())
 	}
 	// The sweeper takes the connections out of the pool before it closes
 	// them, so the pool is empty a moment before the last close.
@@ -457,7 +616,7 @@ func TestConnPool(t *testing.T) {
 		t.Fatalf("after the idle time: %d kept, %d closed; want 0 and 6", p.len(), closed.Load())
 	}
 	// And comes back for the next.
-	p.put("again", conn(), time.Now())
+	p.put(at("again"), conn(), time.Now())
 	for p.len() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

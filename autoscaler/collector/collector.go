@@ -111,7 +111,10 @@ type Target struct {
 	Name string
 	// Pods are the addresses ("host:port", the queue-proxy's metrics port)
 	// of the service's ready pods; none for a service at zero. The
-	// collector reads them and never changes them.
+	// collector reads them and never changes them. It tells a pod by its
+	// service and its address: the connection kept to it serves no other
+	// service's pod, and is closed once a round's targets no longer list
+	// it.
 	Pods []string
 	// GaugeKey is stats.GaugeKey of the gauge the service scales on; 0
 	// for none.
@@ -176,6 +179,9 @@ type Collector struct {
 	rng     *rand.Rand
 	targets []Target
 	pods    []string // every target's pods, copied: the sample is drawn in place
+	// listed is every pod the round's targets list, by which the pool
+	// closes the connections of those that left.
+	listed  map[podID]struct{}
 	ranges  []podRange
 	names   []string
 	jobs    []job
@@ -198,7 +204,7 @@ type podRange struct {
 
 // job is one pod's scrape in a round; workers write only their own job.
 type job struct {
-	addr string
+	pod podID
 	// concurrency and rps are the pod's non-proxied figures;
 	// proxiedConcurrency and proxiedRPS the share the activators sent it.
 	concurrency, rps               float64
@@ -242,6 +248,7 @@ func New(cfg Config) (*Collector, error) {
 	}
 	if c.client == nil {
 		c.pool = newConnPool(maxIdleConns(c.workers), podIdleTimeout)
+		c.listed = make(map[podID]struct{})
 	}
 	if c.clock == nil {
 		c.clock = clock.RealClock{}
@@ -274,7 +281,9 @@ func (c *Collector) ActivatorPending(name string) int {
 // sample of each target's pods with Workers concurrent scrapes, adds the
 // activators' figures and returns one Sample per target that had data. A
 // target whose ready pods all failed to answer has no Sample that second
-// (no data, which is not zero load).
+// (no data, which is not zero load). targets are every service collected
+// for: a pod they no longer list has left, and its kept connection is
+// closed.
 //
 // Every scrape ends by RoundTimeout, so a round takes little more than
 // that however many pods hang. Rounds are serialised; a tick in a second
@@ -292,6 +301,7 @@ func (c *Collector) Round(ctx context.Context, tick time.Time, targets []Target)
 	start := c.clock.Now()
 
 	c.plan(targets)
+	c.dropLeft()
 	c.scrapeAll(ctx)
 	c.combine(sec)
 	c.targets = nil
@@ -315,11 +325,29 @@ func (c *Collector) plan(targets []Target) {
 		pods := c.pods[r.start : r.start+r.ready]
 		drawSample(c.rng, pods, r.n)
 		for _, addr := range pods[:r.n] {
-			c.jobs = append(c.jobs, job{addr: addr})
+			c.jobs = append(c.jobs, job{pod: podID{service: t.Name, addr: addr}})
 		}
 		c.ranges = append(c.ranges, r)
 		c.names = append(c.names, t.Name)
 	}
+}
+
+// dropLeft closes the kept connections of the pods that left: those the
+// round's targets no longer list, because they stopped (or are no longer
+// ready, or their service is no longer collected). A pod that exits may
+// leave bytes queued on its connection, and its address to another pod:
+// closed, its connection can serve neither.
+func (c *Collector) dropLeft() {
+	if c.pool == nil || c.pool.len() == 0 {
+		return
+	}
+	clear(c.listed)
+	for _, t := range c.targets {
+		for _, addr := range t.Pods {
+			c.listed[podID{service: t.Name, addr: addr}] = struct{}{}
+		}
+	}
+	c.pool.closeUnlisted(c.listed)
 }
 
 // scrapeAll runs the round's jobs on up to Workers goroutines. A job not
@@ -406,15 +434,15 @@ func (c *Collector) scrapersFor(n int) []scraper {
 func (c *Collector) scrapeJob(ctx context.Context, j *job, s scraper, r *stats.Report, roundOver bool, deadline time.Time) {
 	if roundOver {
 		c.metrics.scrapes[resultTimeout].Inc()
-		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(errRoundOver))
+		c.log.Debug("scrape", zap.String("pod", j.pod.addr), zap.Error(errRoundOver))
 		return
 	}
 	start := c.clock.Now()
-	res, err := s.scrape(ctx, deadline, j.addr, r)
+	res, err := s.scrape(ctx, deadline, j.pod, r)
 	c.metrics.scrapeDuration.Observe(c.clock.Since(start).Seconds())
 	c.metrics.scrapes[res].Inc()
 	if err != nil {
-		c.log.Debug("scrape", zap.String("pod", j.addr), zap.Error(err))
+		c.log.Debug("scrape", zap.String("pod", j.pod.addr), zap.Error(err))
 		return
 	}
 	j.ok = true
@@ -604,7 +632,7 @@ func (c *Collector) combine(sec time.Time) {
 		pods := len(c.podLoad)
 		for _, j := range c.jobs[st.first : st.first+st.n] {
 			if j.ok {
-				c.podLoad = append(c.podLoad, PodLoad{Addr: j.addr, Concurrency: j.concurrency + j.proxiedConcurrency})
+				c.podLoad = append(c.podLoad, PodLoad{Addr: j.pod.addr, Concurrency: j.concurrency + j.proxiedConcurrency})
 				s.Scraped++
 				conc += j.concurrency
 				rps += j.rps

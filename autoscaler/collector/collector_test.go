@@ -528,6 +528,50 @@ func TestServiceRemoved(t *testing.T) {
 	}
 }
 
+// TestRoundClosesTheConnectionsOfPodsThatLeft: a pod the targets no
+// longer list has left, and its kept connection is closed at the next
+// round, whether the pod went from its service's list or its service
+// went; a pod still listed keeps its own. A pod of another service given
+// the address of one that left dials anew (review finding 3).
+func TestRoundClosesTheConnectionsOfPodsThatLeft(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Sampling = &Sampling{} })
+	ok := reply(okResponse(stats.ContentTypeV3, busyReport.AppendBinaryV3(nil), ""))
+	stays, leaves, withService := newRawPod(t, ok), newRawPod(t, ok), newRawPod(t, ok)
+	r.pods.Set("ns/a", stays.addr(), leaves.addr())
+	r.pods.Set("ns/b", withService.addr())
+	if got := r.round(t); got["ns/a"].Scraped != 2 || got["ns/b"].Scraped != 1 {
+		t.Fatalf("first round: %+v", got)
+	}
+	if n := r.c.pool.len(); n != 3 {
+		t.Fatalf("after the first round the pool holds %d connections, want 3", n)
+	}
+
+	r.pods.Set("ns/a", stays.addr())
+	r.pods.Delete("ns/b")
+	if got := r.round(t); got["ns/a"].Scraped != 1 {
+		t.Fatalf("second round: %+v", got)
+	}
+	if n := r.c.pool.len(); n != 1 {
+		t.Fatalf("after the second round the pool holds %d connections, want 1: the pod still listed's", n)
+	}
+	leaves.waitOpen(t, 0)
+	withService.waitOpen(t, 0)
+	if n := stays.accepts.Load(); n != 1 {
+		t.Fatalf("the pod still listed was dialled %d times in two rounds, want 1", n)
+	}
+
+	// Its address goes to another service's pod.
+	r.pods.Delete("ns/a")
+	r.pods.Set("ns/c", stays.addr())
+	if got := r.round(t); got["ns/c"].Scraped != 1 {
+		t.Fatalf("third round: %+v", got)
+	}
+	stays.waitOpen(t, 1)
+	if n := stays.accepts.Load(); n != 2 {
+		t.Fatalf("the address was dialled %d times, want 2: once for each service's pod", n)
+	}
+}
+
 // TestActivatorFiguresExpire: an activator that stops reporting stops
 // counting after StaleAfter; a poke holds the pending count at 1 meanwhile.
 func TestActivatorFiguresExpire(t *testing.T) {

@@ -14,13 +14,31 @@ import (
 // then, and they should not hold a connection each meanwhile.
 const podIdleTimeout = 10 * time.Second
 
+// podID is a pod as the collector tells it from every other: the service
+// whose target lists it, and its address (targets name pods by address,
+// not by UID). The service draws the line that matters: a pod's answers
+// count in its own service's sample, whose pods are one owner's, and a
+// forged answer must not count for another owner's pod. So a connection
+// opened to one service's pod never serves another service's, whatever
+// address that pod has; and a pod's connection is closed once the round's
+// targets no longer list it (Collector.dropLeft): a pod leaves its
+// service's ready pods as it starts to stop, before its address can be
+// given to another.
+type podID struct {
+	// service is the Target's Name; "" where a scrape knows only the
+	// address, which is then the whole identity.
+	service string
+	addr    string
+}
+
 // connPool keeps the pods' idle keep-alive connections between scrapes:
-// at most one per address (a round scrapes a pod once), at most max in all,
-// and none for longer than idle. A connection in the pool holds no state
-// but its socket: every scrape reads exactly its response, and a
-// connection handed out again must have nothing waiting to be read and
-// still be open (quiet), so that no byte a pod sends past its answer is
-// ever read as the answer to another scrape.
+// at most one per pod (a round scrapes a pod once), at most max in all,
+// none for longer than idle, and none for a pod once it has left the
+// targets. A connection in the pool holds no state but its socket: every
+// scrape reads exactly its response, and a connection handed out again
+// must have nothing waiting to be read and still be open (quiet), so that
+// no byte a pod sends past its answer is read as the answer to a later
+// scrape.
 //
 // A full pool closes the connection it is handed rather than one it
 // holds: the connections kept then stay warm, where evicting the oldest
@@ -45,12 +63,20 @@ const poolShards = 64
 
 type poolShard struct {
 	mu    sync.Mutex
-	conns map[string]idleConn
+	conns map[podID]idleConn
 }
 
 type idleConn struct {
-	c     net.Conn
+	c     *poolConn
 	since time.Time
+}
+
+// poolConn is a connection as the pool keeps it: with what quiet needs to
+// look at it, set up the first time it is kept and reused every time after,
+// so that a scrape on a kept connection allocates nothing.
+type poolConn struct {
+	net.Conn
+	peek peeker
 }
 
 // newConnPool returns a pool of at most max connections, each kept for
@@ -58,51 +84,62 @@ type idleConn struct {
 func newConnPool(max int, idle time.Duration) *connPool {
 	p := &connPool{max: int64(max), idle: idle, seed: maphash.MakeSeed()}
 	for i := range p.shards {
-		p.shards[i].conns = make(map[string]idleConn)
+		p.shards[i].conns = make(map[podID]idleConn)
 	}
 	p.sweeper = time.AfterFunc(idle, p.sweep)
 	p.sweeper.Stop()
 	return p
 }
 
-func (p *connPool) shard(addr string) *poolShard {
-	return &p.shards[maphash.String(p.seed, addr)%poolShards]
+// shard is where pod's connection is kept. The address alone picks it:
+// it tells pods apart well enough to spread them.
+func (p *connPool) shard(pod podID) *poolShard {
+	return &p.shards[maphash.String(p.seed, pod.addr)%poolShards]
 }
 
-// get takes addr's idle connection out of the pool, or returns nil if it
-// holds none that is still fresh at now.
-func (p *connPool) get(addr string, now time.Time) net.Conn {
-	s := p.shard(addr)
+// get takes pod's idle connection out of the pool, or returns nil if it
+// holds none that is still fresh at now and quiet.
+func (p *connPool) get(pod podID, now time.Time) net.Conn {
+	s := p.shard(pod)
 	s.mu.Lock()
-	ic, ok := s.conns[addr]
+	ic, ok := s.conns[pod]
 	if ok {
-		delete(s.conns, addr)
+		delete(s.conns, pod)
 	}
 	s.mu.Unlock()
 	if !ok {
 		return nil
 	}
 	p.n.Add(-1)
-	if now.Sub(ic.since) >= p.idle || !quiet(ic.c) {
+	if now.Sub(ic.since) >= p.idle || !ic.c.peek.quiet() {
 		ic.c.Close()
 		return nil
 	}
 	return ic.c
 }
 
-// put keeps c as addr's idle connection from now, or closes it if the
-// pool is full or already holds one for addr.
-func (p *connPool) put(addr string, c net.Conn, now time.Time) {
+// put keeps c as pod's idle connection from now, or closes it if the pool
+// is full or already holds one for pod, or c cannot be looked at.
+func (p *connPool) put(pod podID, c net.Conn, now time.Time) {
 	if p.n.Add(1) > p.max {
 		p.n.Add(-1)
 		c.Close()
 		return
 	}
-	s := p.shard(addr)
+	pc, kept := c.(*poolConn)
+	if !kept {
+		pc = &poolConn{Conn: c}
+		if err := pc.peek.setup(c); err != nil {
+			p.n.Add(-1)
+			c.Close()
+			return
+		}
+	}
+	s := p.shard(pod)
 	s.mu.Lock()
-	_, dup := s.conns[addr]
+	_, dup := s.conns[pod]
 	if !dup {
-		s.conns[addr] = idleConn{c: c, since: now}
+		s.conns[pod] = idleConn{c: pc, since: now}
 	}
 	s.mu.Unlock()
 	if dup {
@@ -129,21 +166,35 @@ func (p *connPool) sweep() {
 
 // closeIdle closes every connection idle since before cutoff.
 func (p *connPool) closeIdle(cutoff time.Time) {
-	var expired []net.Conn
+	p.closeWhere(func(_ podID, ic idleConn) bool { return ic.since.Before(cutoff) })
+}
+
+// closeUnlisted closes the connection of every pod listed does not hold:
+// the pods that left.
+func (p *connPool) closeUnlisted(listed map[podID]struct{}) {
+	p.closeWhere(func(pod podID, _ idleConn) bool {
+		_, ok := listed[pod]
+		return !ok
+	})
+}
+
+// closeWhere closes every connection for which gone is true.
+func (p *connPool) closeWhere(gone func(podID, idleConn) bool) {
+	var closing []net.Conn
 	for i := range p.shards {
 		s := &p.shards[i]
 		s.mu.Lock()
-		for addr, ic := range s.conns {
-			if ic.since.Before(cutoff) {
-				delete(s.conns, addr)
-				expired = append(expired, ic.c)
+		for pod, ic := range s.conns {
+			if gone(pod, ic) {
+				delete(s.conns, pod)
+				closing = append(closing, ic.c)
 			}
 		}
 		s.mu.Unlock()
 	}
-	p.n.Add(-int64(len(expired)))
+	p.n.Add(-int64(len(closing)))
 	// Outside the locks: a close is a system call.
-	for _, c := range expired {
+	for _, c := range closing {
 		c.Close()
 	}
 }

@@ -68,10 +68,10 @@ type scraper interface {
 	// which every scrape's deadline already holds (the autoscaler stops).
 	abort(err error)
 	reset()
-	// scrape fetches addr's stats report, in the newest version the pod
+	// scrape fetches pod's stats report, in the newest version the pod
 	// serves, by deadline (which is never past ctx's), and decodes it
 	// into r.
-	scrape(ctx context.Context, deadline time.Time, addr string, r *stats.Report) (scrapeResult, error)
+	scrape(ctx context.Context, deadline time.Time, pod podID, r *stats.Report) (scrapeResult, error)
 }
 
 // scrapeResult classifies a scrape for the metrics.
@@ -91,7 +91,8 @@ var resultNames = [numResults]string{"ok", "timeout", "status", "malformed", "er
 // errRoundOver fails the scrapes a round had no time left to start.
 var errRoundOver = errors.New("round deadline passed before the scrape started")
 
-// httpScraper scrapes with a net/http client (Config.Client).
+// httpScraper scrapes with a net/http client (Config.Client), whose
+// connections are its Transport's, kept by address.
 type httpScraper struct {
 	client *http.Client
 	// buf holds the body, one byte longer than the longest report so that
@@ -104,7 +105,8 @@ type httpScraper struct {
 func (s *httpScraper) abort(error) {}
 func (s *httpScraper) reset()      {}
 
-func (s *httpScraper) scrape(ctx context.Context, deadline time.Time, addr string, r *stats.Report) (scrapeResult, error) {
+func (s *httpScraper) scrape(ctx context.Context, deadline time.Time, pod podID, r *stats.Report) (scrapeResult, error) {
+	addr := pod.addr
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+network.StatsPath, nil)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -45,11 +46,11 @@ const (
 // An Authenticator checks an activator's bearer token and says which
 // activator presents it.
 type Authenticator interface {
-	// Authenticate returns the name of the activator token belongs to:
-	// the name its hello must carry. An error wrapping ErrRetryLater says
-	// the token could not be checked now (the client is told to retry);
-	// any other error refuses it.
-	Authenticate(ctx context.Context, token string) (name string, err error)
+	// Authenticate returns the name of the activator token, presented
+	// from address from, belongs to: the name its hello must carry. An
+	// error wrapping ErrRetryLater says the token could not be checked
+	// now (the client is told to retry); any other error refuses it.
+	Authenticate(ctx context.Context, from netip.Addr, token string) (name string, err error)
 }
 
 // ErrRetryLater marks an Authenticator's error that is no verdict on the
@@ -287,7 +288,8 @@ func (e *ActivatorEndpoint) authenticate(r *http.Request) (string, error) {
 	if e.auth != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), authTimeout)
 		defer cancel()
-		name, err := e.auth.Authenticate(ctx, token)
+		from, _ := netip.ParseAddrPort(r.RemoteAddr) // the zero address if it does not parse: no pod's
+		name, err := e.auth.Authenticate(ctx, from.Addr(), token)
 		if err == nil && name == "" {
 			err = errors.New("the authenticator named no activator")
 		}

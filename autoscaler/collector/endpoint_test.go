@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -208,7 +209,7 @@ func TestEndpointAuth(t *testing.T) {
 // the token "busy" cannot be checked now.
 type tokenTable map[string]string
 
-func (t tokenTable) Authenticate(_ context.Context, token string) (string, error) {
+func (t tokenTable) Authenticate(_ context.Context, _ netip.Addr, token string) (string, error) {
 	if token == "busy" {
 		return "", fmt.Errorf("token review: %w", ErrRetryLater)
 	}

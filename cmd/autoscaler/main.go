@@ -182,9 +182,16 @@ func (a *app) run(ctx context.Context) error {
 
 	// Each activator proves itself with its pod's service-account token,
 	// checked with the TokenReview API; its reports must name that pod.
+	// Only from an activator pod's address, and only from the pod a token
+	// is bound to: Swell's own namespace's pods, watched.
+	sysFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 10*time.Minute, informers.WithNamespace(cfg.Namespace))
+	activatorPods, err := activatorauth.NewPods(sysFactory.Core().V1().Pods(), kube.ActivatorServiceAccount)
+	if err != nil {
+		return err
+	}
 	reviewer, err := activatorauth.New(activatorauth.Config{
 		Client: a.client, Namespace: cfg.Namespace, ServiceAccount: kube.ActivatorServiceAccount,
-		Audiences: cfg.ActivatorAudiences,
+		Audiences: cfg.ActivatorAudiences, Activators: activatorPods,
 	})
 	if err != nil {
 		return err
@@ -307,11 +314,13 @@ func (a *app) run(ctx context.Context) error {
 			errc <- fmt.Errorf("webhook certificates: %w", err)
 		}
 	})
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync", typ)
+	for _, f := range []informers.SharedInformerFactory{factory, sysFactory} {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return fmt.Errorf("informer for %v did not sync", typ)
+			}
 		}
 	}
 	a.synced.Store(true)

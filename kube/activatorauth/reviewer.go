@@ -6,14 +6,22 @@
 // (the kubelet replaces it well before; the activator reads it again at
 // each connection). Nothing is shared between activators, and nothing is
 // to rotate by hand.
+//
+// A token is worth reviewing only from an activator pod's address, and
+// counts only from the address of the pod it is bound to: anything else
+// is refused without asking the API server, so that no pod can spend the
+// reviews the activators need, nor use a token taken from one.
 package activatorauth
 
 import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +56,12 @@ const (
 	// the API server for tokens not remembered, whatever callers send.
 	DefaultRate  = 5
 	DefaultBurst = 20
+	// DefaultSourceRate and DefaultSourceBurst bound them for each
+	// activator pod: one (a compromised one) cannot spend the others'.
+	// An activator asks once per connection, and connects to a few
+	// autoscaler replicas at most.
+	DefaultSourceRate  = 1
+	DefaultSourceBurst = 5
 	// MaxTokenLength refuses, unasked, what cannot be a service-account
 	// token (a JWT of a few hundred bytes to a few KiB).
 	MaxTokenLength = 16 << 10
@@ -65,28 +79,57 @@ type Config struct {
 	// (a projected token's); nil accepts the API server's own, as the
 	// token the kubelet mounts in every pod has.
 	Audiences []string
-	// CacheTTL, MaxCached, Rate and Burst: see the defaults.
-	CacheTTL  time.Duration
-	MaxCached int
-	Rate      rate.Limit
-	Burst     int
+	// Activators tells which activator pod holds an address. A token is
+	// reviewed only from an activator pod's address and accepted only
+	// from its own pod's. Nil checks no address (tests, and callers that
+	// reach the autoscaler through a proxy).
+	Activators Activators
+	// CacheTTL, MaxCached, Rate, Burst, SourceRate and SourceBurst: see
+	// the defaults.
+	CacheTTL           time.Duration
+	MaxCached          int
+	Rate, SourceRate   rate.Limit
+	Burst, SourceBurst int
 	// Clock tells the time (default the real clock).
 	Clock clock.PassiveClock
 }
 
+// Activators tells which activator pod holds an address.
+type Activators interface {
+	// ActivatorAt returns the name of the activator pod at ip; false if
+	// none is known there.
+	ActivatorAt(ip netip.Addr) (pod string, ok bool)
+}
+
+// ErrNotAnActivator refuses a caller whose address is no activator pod's
+// (as far as the autoscaler knows yet: a pod that has just started may
+// not be known for a moment, so it wraps collector.ErrRetryLater).
+var ErrNotAnActivator = fmt.Errorf("the caller's address is no activator pod's: %w", collector.ErrRetryLater)
+
 // A Reviewer is a collector.Authenticator backed by the TokenReview API.
 // It is safe for concurrent use.
 type Reviewer struct {
-	client    kubernetes.Interface
-	username  string
-	audiences []string
-	ttl       time.Duration
-	max       int
-	clock     clock.PassiveClock
-	limit     *rate.Limiter
+	client     kubernetes.Interface
+	username   string
+	audiences  []string
+	ttl        time.Duration
+	max        int
+	clock      clock.PassiveClock
+	limit      *rate.Limiter
+	activators Activators
+	srcRate    rate.Limit
+	srcBurst   int
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]accepted
+	// perPod limits each activator pod's reviews; entries idle for a
+	// minute are dropped.
+	perPod map[string]*sourceLimit
+}
+
+type sourceLimit struct {
+	lim  *rate.Limiter
+	last time.Time
 }
 
 type accepted struct {
@@ -115,6 +158,11 @@ func New(cfg Config) (*Reviewer, error) {
 		max:       cfg.MaxCached,
 		clock:     cfg.Clock,
 		cache:     make(map[[sha256.Size]byte]accepted),
+		perPod:    map[string]*sourceLimit{},
+
+		activators: cfg.Activators,
+		srcRate:    cmp.Or(cfg.SourceRate, DefaultSourceRate),
+		srcBurst:   cmp.Or(cfg.SourceBurst, DefaultSourceBurst),
 	}
 	if r.ttl <= 0 {
 		r.ttl = DefaultCacheTTL
@@ -136,15 +184,24 @@ func New(cfg Config) (*Reviewer, error) {
 	return r, nil
 }
 
-// Authenticate returns the name of the activator pod token is bound to. It
-// asks the API server unless it accepted the same token within the cache
-// TTL. A token the API server cannot be asked about now (the review rate
-// is spent, or the API server did not answer) is an error wrapping
-// collector.ErrRetryLater; a token it refuses, of another account, or not
-// bound to a pod, is refused.
-func (r *Reviewer) Authenticate(ctx context.Context, token string) (string, error) {
-	if token == "" || len(token) > MaxTokenLength {
-		return "", fmt.Errorf("a token of %d bytes cannot be a service-account token", len(token))
+// Authenticate returns the name of the activator pod token is bound to,
+// presented from address from. It asks the API server unless it accepted
+// the same token within the cache TTL. A token the API server cannot be
+// asked about now (the review rate is spent, or the API server did not
+// answer), or one from an address where no activator pod is known (yet),
+// is an error wrapping collector.ErrRetryLater; a token it refuses, of
+// another account, not bound to a pod, not bound to the pod at from, or
+// that is not a JWT, is refused.
+func (r *Reviewer) Authenticate(ctx context.Context, from netip.Addr, token string) (string, error) {
+	if err := jwtShaped(token); err != nil {
+		return "", err
+	}
+	at := ""
+	if r.activators != nil {
+		var ok bool
+		if at, ok = r.activators.ActivatorAt(from.Unmap()); !ok {
+			return "", fmt.Errorf("%s: %w", from, ErrNotAnActivator)
+		}
 	}
 	sum := sha256.Sum256([]byte(token))
 	now := r.clock.Now()
@@ -152,9 +209,9 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (string, erro
 	a, ok := r.cache[sum]
 	r.mu.Unlock()
 	if ok && now.Before(a.until) {
-		return a.pod, nil
+		return a.pod, r.from(a.pod, at, from)
 	}
-	if !r.limit.AllowN(now, 1) {
+	if !r.allow(at, now) {
 		return "", fmt.Errorf("token reviews: more than %v per second asked: %w", r.limit.Limit(), collector.ErrRetryLater)
 	}
 	tr, err := r.client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
@@ -171,14 +228,72 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (string, erro
 		return "", err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if len(r.cache) >= r.max {
 		r.sweepLocked(now)
 	}
 	if len(r.cache) < r.max {
 		r.cache[sum] = accepted{pod: pod, until: now.Add(r.ttl)}
 	}
-	return pod, nil
+	r.mu.Unlock()
+	return pod, r.from(pod, at, from)
+}
+
+// from refuses a token bound to pod presented from the address of
+// another activator pod, at: a token counts only from its own pod.
+func (r *Reviewer) from(pod, at string, addr netip.Addr) error {
+	if r.activators == nil || pod == at {
+		return nil
+	}
+	return fmt.Errorf("the token is bound to activator %q but comes from %s, activator %q's address", pod, addr, at)
+}
+
+// allow takes a review from the budget of the activator pod at (when
+// addresses are checked) and from the global one.
+func (r *Reviewer) allow(at string, now time.Time) bool {
+	if r.activators != nil {
+		r.mu.Lock()
+		sl := r.perPod[at]
+		if sl == nil {
+			for name, l := range r.perPod {
+				if now.Sub(l.last) > time.Minute {
+					delete(r.perPod, name)
+				}
+			}
+			sl = &sourceLimit{lim: rate.NewLimiter(r.srcRate, r.srcBurst)}
+			r.perPod[at] = sl
+		}
+		sl.last = now
+		ok := sl.lim.AllowN(now, 1)
+		r.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return r.limit.AllowN(now, 1)
+}
+
+// jwtShaped refuses, unasked, what cannot be a service-account token: a
+// JWT in compact form, three base64url parts, the first a JSON object.
+func jwtShaped(token string) error {
+	if token == "" || len(token) > MaxTokenLength {
+		return fmt.Errorf("a token of %d bytes cannot be a service-account token", len(token))
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("a token of %d parts cannot be a service-account token (a JWT has 3)", len(parts))
+	}
+	for _, p := range parts {
+		if p == "" || strings.IndexFunc(p, func(c rune) bool {
+			return !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_')
+		}) >= 0 {
+			return errors.New("a token with a part that is not base64url cannot be a service-account token")
+		}
+	}
+	header, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil || !json.Valid(header) || header[0] != '{' {
+		return errors.New("a token whose header is not a JSON object cannot be a service-account token")
+	}
+	return nil
 }
 
 // judge reads a review's verdict: authenticated, for the activators'

@@ -34,9 +34,10 @@ type endpoint struct {
 	targetRef *corev1.ObjectReference
 }
 
-// readyEndpoints returns the ready IPv4 endpoints of slices, each address
-// once (the first slice by name that lists it wins), sorted by address.
-func readyEndpoints(ss []*discoveryv1.EndpointSlice) []endpoint {
+// readyEndpoints returns the ready IPv4 endpoints of slices that keep
+// accepts (nil: all), each address once (the first slice by name that
+// lists it wins), sorted by address.
+func readyEndpoints(ss []*discoveryv1.EndpointSlice, keep func(*discoveryv1.Endpoint) bool) []endpoint {
 	ss = slices.Clone(ss)
 	slices.SortFunc(ss, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[netip.Addr]bool{}
@@ -47,7 +48,7 @@ func readyEndpoints(ss []*discoveryv1.EndpointSlice) []endpoint {
 		}
 		for _, e := range s.Endpoints {
 			c := e.Conditions
-			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) || len(e.Addresses) == 0 {
+			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) || len(e.Addresses) == 0 || keep != nil && !keep(&e) {
 				continue
 			}
 			ip, err := netip.ParseAddr(e.Addresses[0])
@@ -121,9 +122,22 @@ func (r *Router) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
 
 // podEndpoints returns D's ready pods, and whether Kubernetes has written
 // any EndpointSlice for D's pods-Service yet.
+//
+// Only endpoints that reference a pod of D's namespace count, as
+// Kubernetes writes them for the pods-Service's selector: a slice anyone
+// in the namespace may write could otherwise name another namespace's
+// pod, copied from its own slice. Whether a pod of the namespace holds
+// the address is the activator's to check (it watches every pod, the
+// autoscaler none); through the autoscaler, such an address reaches no
+// further than the namespace's own Service without a selector would: the
+// route slice keeps the caller's address, so the pod's NetworkPolicies
+// still apply.
 func (r *Router) podEndpoints(key service.Key) ([]endpoint, bool) {
 	ss := r.slicesOf(key.Namespace, kube.PodsServiceName(key.Name))
-	return readyEndpoints(ss), len(ss) > 0
+	return readyEndpoints(ss, func(e *discoveryv1.Endpoint) bool {
+		ref := e.TargetRef
+		return ref != nil && ref.Kind == "Pod" && ref.Name != "" && (ref.Namespace == "" || ref.Namespace == key.Namespace)
+	}), len(ss) > 0
 }
 
 // activator is where the activator is reached.
@@ -149,7 +163,7 @@ func (r *Router) activatorEndpoints() activator {
 	}
 	var best activator
 	for _, port := range slices.Sorted(maps.Keys(byPort)) {
-		eps := readyEndpoints(byPort[port])
+		eps := readyEndpoints(byPort[port], nil)
 		if len(eps) > len(best.endpoints) {
 			best = activator{endpoints: eps, port: port}
 		}

@@ -517,7 +517,7 @@ func TestActivatorRoute(t *testing.T) {
 func TestNeverEmpty(t *testing.T) {
 	t.Run("pods asked, none ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
-			podsSlice(ep{ip: "10.0.0.11", ready: false}), twoActivators())
+			podsSlice(ep{ip: "10.0.0.11", ready: false, pod: "web-c"}), twoActivators())
 		h.setRoute(plan.RoutePods)
 		h.settle()
 		s := h.routeSlice("web")
@@ -527,11 +527,11 @@ func TestNeverEmpty(t *testing.T) {
 		equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RouteActivator, plan.RoutePods})
 
 		// A pod gets ready: the pods route takes effect.
-		if _, err := h.client.DiscoveryV1().EndpointSlices(ns).Update(h.ctx, podsSlice(ep{ip: "10.0.0.11", ready: true}), metav1.UpdateOptions{}); err != nil {
+		if _, err := h.client.DiscoveryV1().EndpointSlices(ns).Update(h.ctx, podsSlice(ep{ip: "10.0.0.11", ready: true, pod: "web-c"}), metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		h.sync()
-		equal(t, "endpoints", addresses(h.routeSlice("web")), []string{"10.0.0.11"})
+		equal(t, "endpoints", addresses(h.routeSlice("web")), []string{"10.0.0.11:web-c"})
 		eff, req = h.r.Route(web)
 		equal(t, "route", []plan.Route{eff, req}, []plan.Route{plan.RoutePods, plan.RoutePods})
 	})
@@ -548,7 +548,7 @@ func TestNeverEmpty(t *testing.T) {
 	})
 	t.Run("neither ready", func(t *testing.T) {
 		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}),
-			podsSlice(ep{ip: "10.0.0.11", ready: false}))
+			podsSlice(ep{ip: "10.0.0.11", ready: false, pod: "web-c"}))
 		h.sync()
 		h.writes()
 		h.setRoute(plan.RoutePods)
@@ -655,7 +655,7 @@ func TestNewRouterReportsTheRouteInEffect(t *testing.T) {
 	svc.Labels = map[string]string{kube.LabelDeployment: "web"}
 	svc.Annotations = map[string]string{kube.AnnotationSelector: `{"app":"web"}`}
 	act := twoActivators()
-	old := routeSlice(svc, "web", svc.Spec.Ports, choice{route: kube.RouteActivator, endpoints: readyEndpoints([]*discoveryv1.EndpointSlice{act}), port: actPort})
+	old := routeSlice(svc, "web", svc.Spec.Ports, choice{route: kube.RouteActivator, endpoints: readyEndpoints([]*discoveryv1.EndpointSlice{act}, nil), port: actPort})
 	for i := range old.Endpoints {
 		old.Endpoints[i].TargetRef = nil
 	}
@@ -911,17 +911,29 @@ func TestAppContainer(t *testing.T) {
 
 func TestReadyPods(t *testing.T) {
 	other := slice(ns, "web-swell-pods-b2c3d", kube.PodsServiceName("web"), sliceController, 8012,
-		ep{ip: "10.0.0.9", ready: true}, ep{ip: "10.0.0.2", ready: true, terminating: true}, ep{ip: "10.0.0.100", ready: true})
-	v6 := slice(ns, "web-swell-pods-v6v6v", kube.PodsServiceName("web"), sliceController, 8012, ep{ip: "fd00::1", ready: true})
+		ep{ip: "10.0.0.9", ready: true, pod: "web-a"}, ep{ip: "10.0.0.2", ready: true, terminating: true, pod: "web-z"},
+		ep{ip: "10.0.0.100", ready: true, pod: "web-d"})
+	v6 := slice(ns, "web-swell-pods-v6v6v", kube.PodsServiceName("web"), sliceController, 8012, ep{ip: "fd00::1", ready: true, pod: "web-a"})
 	v6.AddressType = discoveryv1.AddressTypeIPv6
 	h := newHarness(t, twoPods(), other, v6)
 	equal(t, "ready pods", h.r.ReadyPods(web), []string{"10.0.0.9", "10.0.0.10", "10.0.0.100"})
 	equal(t, "none", h.r.ReadyPods(service.Key{Namespace: ns, Name: "nope"}), []string{})
-	// Only the ready pods that a slice references by name: the slice
-	// first by name lists 10.0.0.9 and 10.0.0.100 with no reference.
-	if got, want := h.r.ReadyPodNames(web), map[string]string{"10.0.0.10": "web-b"}; !maps.Equal(got, want) {
+	if got, want := h.r.ReadyPodNames(web), map[string]string{"10.0.0.9": "web-a", "10.0.0.10": "web-b", "10.0.0.100": "web-d"}; !maps.Equal(got, want) {
 		t.Errorf("ready pod names %v, want %v", got, want)
 	}
+}
+
+// TestReadyPodsOnlyOfTheNamespace: an endpoint of a pods-Service's slice
+// counts only if it references a pod of the service's namespace, as
+// Kubernetes writes it; a slice copied from another namespace's, or one
+// naming no pod, lists none (second security review, finding 1).
+func TestReadyPodsOnlyOfTheNamespace(t *testing.T) {
+	forged := slice(ns, "web-swell-pods-aaaaa", kube.PodsServiceName("web"), sliceController, 8012,
+		ep{ip: "10.0.5.1", ready: true}, ep{ip: "10.0.5.2", ready: true, pod: "vault-a"}, ep{ip: "10.0.5.3", ready: true, pod: "web-e"})
+	forged.Endpoints[1].TargetRef.Namespace = "bank"
+	forged.Endpoints[2].TargetRef.Kind = "Node"
+	h := newHarness(t, twoPods(), forged)
+	equal(t, "ready pods", h.r.ReadyPods(web), []string{"10.0.0.9", "10.0.0.10"})
 }
 
 func TestSetRouteRejectsUnknown(t *testing.T) {

@@ -422,7 +422,7 @@ func (r *Router) kubernetesListed(s *discoveryv1.EndpointSlice) bool {
 	if len(theirs) == 0 {
 		return false
 	}
-	return len(s.Endpoints) == 0 || len(readyEndpoints(theirs)) > 0
+	return len(s.Endpoints) == 0 || len(readyEndpoints(theirs, nil)) > 0
 }
 
 // ensurePodsService creates or updates d's pods-Service.

@@ -78,6 +78,12 @@ type Config struct {
 	DrainQuiet, DrainTimeout, KillAfter time.Duration
 	// ShutdownTimeout: see DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// FrontTimeouts and AdminTimeouts bound the connections of the front
+	// door and of the admin port (see ConnTimeouts); a zero field keeps
+	// its default: 10s to send the headers and 10m of idle for the front
+	// door, as on the activator's serving port, 5s and 2m for the admin
+	// port.
+	FrontTimeouts, AdminTimeouts ConnTimeouts
 	// Listening, if set, is called once both ports listen, with their
 	// addresses.
 	Listening func(front, admin net.Addr)
@@ -130,6 +136,11 @@ func Run(ctx context.Context, opts Config) (err error) {
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if err := errors.Join(opts.FrontTimeouts.check("FrontTimeouts", frontTimeouts), opts.AdminTimeouts.check("AdminTimeouts", adminTimeouts)); err != nil {
+		return fmt.Errorf("swell local: %w", err)
+	}
+	opts.FrontTimeouts = opts.FrontTimeouts.orDefault(frontTimeouts)
+	opts.AdminTimeouts = opts.AdminTimeouts.orDefault(adminTimeouts)
 
 	front, err := net.Listen("tcp", net.JoinHostPort(opts.Address, strconv.Itoa(opts.Port)))
 	if err != nil {
@@ -230,11 +241,8 @@ func Run(ctx context.Context, opts Config) (err error) {
 		return fmt.Errorf("swell local: %w", err)
 	}
 
-	frontSrv := &http.Server{Handler: newFrontDoor(s.b, s.act, opts.Log.Named("front")), ReadHeaderTimeout: 30 * time.Second}
-	frontSrv.Protocols = new(http.Protocols)
-	frontSrv.Protocols.SetHTTP1(true)
-	frontSrv.Protocols.SetUnencryptedHTTP2(true)
-	adminSrv := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	frontSrv := newFrontServer(newFrontDoor(s.b, s.act, opts.Log.Named("front")), opts.FrontTimeouts)
+	adminSrv := newServer(s.adminHandler(), opts.AdminTimeouts)
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

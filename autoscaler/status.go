@@ -12,11 +12,16 @@ import (
 )
 
 // Status is a snapshot of the autoscaler: every service's latest decision
-// with its inputs, and the notable decisions before it. Handler serves it as
-// JSON at network.AutoscalerStatusPath; `swell status` reads it there.
+// with its inputs, and the notable decisions before it. StatusHandler
+// serves it as JSON.
 type Status struct {
 	// Time is when the snapshot was taken.
 	Time time.Time `json:"time"`
+	// Leading says whether this replica leads, where replicas elect
+	// leaders (on Kubernetes: of every service, or of a bucket of them).
+	// Each replica serves its own view: its services are those it leads,
+	// none on a follower. Absent where one autoscaler decides everything.
+	Leading *bool `json:"leading,omitempty"`
 	// TickInterval is how often every service is decided, e.g. "2s".
 	TickInterval string `json:"tickInterval"`
 	// Activators are the names of the activators connected now.
@@ -177,21 +182,40 @@ func finite(f float64) float64 {
 	return f
 }
 
-// Handler serves the activators' websocket at
-// network.ActivatorReportPath (404 without Config.Endpoint.Tokens) and
-// Status as JSON at network.AutoscalerStatusPath; ?service=namespace/name
-// narrows the status to one service. Metrics are served by whoever owns the
-// registry.
+// Handler serves ReportHandler and, at network.AutoscalerStatusPath,
+// StatusHandler on one mux, for a process that listens for its operator
+// alone (swell local, on loopback). On Kubernetes the two are served
+// apart: the status names every tenant's services, and the activators'
+// port is open to the cluster.
 func (a *Autoscaler) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(network.ActivatorReportPath, a.ReportHandler())
+	mux.Handle(network.AutoscalerStatusPath, a.StatusHandler(nil))
+	return mux
+}
+
+// ReportHandler serves the activators' websocket at
+// network.ActivatorReportPath (404 without Config.Endpoint), and 404 at
+// any other path.
+func (a *Autoscaler) ReportHandler() http.Handler {
 	mux := http.NewServeMux()
 	if a.endpoint != nil {
 		mux.Handle(network.ActivatorReportPath, a.endpoint)
 	}
-	mux.HandleFunc(network.AutoscalerStatusPath, a.serveStatus)
 	return mux
 }
 
-func (a *Autoscaler) serveStatus(w http.ResponseWriter, r *http.Request) {
+// StatusHandler serves Status as JSON at whatever path it is mounted;
+// ?service=namespace/name narrows it to one service. leading, if not
+// nil, fills Status.Leading. Metrics are served by whoever owns the
+// registry.
+func (a *Autoscaler) StatusHandler(leading func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.serveStatus(w, r, leading)
+	})
+}
+
+func (a *Autoscaler) serveStatus(w http.ResponseWriter, r *http.Request, leading func() bool) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
 		http.Error(w, "status: use GET", http.StatusMethodNotAllowed)
@@ -211,7 +235,12 @@ func (a *Autoscaler) serveStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		body = ss
 	} else {
-		body = a.Status()
+		st := a.Status()
+		if leading != nil {
+			l := leading()
+			st.Leading = &l
+		}
+		body = st
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)

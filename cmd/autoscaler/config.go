@@ -21,10 +21,12 @@ import (
 	"github.com/swell-run/swell/pkg/shard"
 )
 
-// The autoscaler's ports.
+// The autoscaler's ports. The status port listens on loopback only, next
+// to the admin port.
 const (
 	defaultWebhookPort = 8443
 	defaultAdminPort   = 8022
+	defaultStatusPort  = 8023
 	defaultMetricsPort = 9090
 )
 
@@ -40,6 +42,10 @@ type config struct {
 	PodName, Namespace, PodIP string
 
 	Port, WebhookPort, AdminPort, MetricsPort int
+	// StatusPort serves the status on loopback only: it names every
+	// tenant's services, so only a process in the pod's network namespace
+	// (kubectl port-forward, which RBAC governs) may read it.
+	StatusPort int
 
 	QueueProxyImage string
 	Workers         int
@@ -74,6 +80,7 @@ func defaultConfig() config {
 		Port:            network.DefaultAutoscalerPort,
 		WebhookPort:     defaultWebhookPort,
 		AdminPort:       defaultAdminPort,
+		StatusPort:      defaultStatusPort,
 		MetricsPort:     defaultMetricsPort,
 		QueueProxyImage: inject.DefaultImage,
 		Workers:         4,
@@ -121,11 +128,13 @@ func bind(cfg *config) *envflag.Set {
 	envflag.Var(s, &cfg.PodIP, "pod-ip", "POD_IP", "",
 		"this replica's address, published for the activators while it leads", envflag.String)
 	envflag.Var(s, &cfg.Port, "port", "AUTOSCALER_PORT", cfg.Port,
-		"port serving, over TLS, the activators' websocket ("+network.ActivatorReportPath+") and "+network.AutoscalerStatusPath, envflag.Port)
+		"port serving, over TLS, the activators' websocket ("+network.ActivatorReportPath+")", envflag.Port)
 	envflag.Var(s, &cfg.WebhookPort, "webhook-port", "WEBHOOK_PORT", cfg.WebhookPort,
 		"port serving the admission webhooks over TLS", envflag.Port)
 	envflag.Var(s, &cfg.AdminPort, "admin-port", "ADMIN_PORT", cfg.AdminPort,
 		"port serving "+healthzPath+" and "+network.ReadyPath, envflag.Port)
+	envflag.Var(s, &cfg.StatusPort, "status-port", "STATUS_PORT", cfg.StatusPort,
+		"port serving this replica's status ("+network.AutoscalerStatusPath+": every service's decisions and load) on 127.0.0.1 and ::1 only; read it through kubectl port-forward", envflag.Port)
 	envflag.Var(s, &cfg.MetricsPort, "metrics-port", "METRICS_PORT", cfg.MetricsPort,
 		"port serving "+network.MetricsPath, envflag.Port)
 	envflag.Var(s, &cfg.QueueProxyImage, "queue-proxy-image", "QUEUE_PROXY_IMAGE", cfg.QueueProxyImage,
@@ -219,7 +228,7 @@ func (c config) validate() error {
 	ports := []struct {
 		name string
 		port int
-	}{{"AUTOSCALER_PORT", c.Port}, {"WEBHOOK_PORT", c.WebhookPort}, {"ADMIN_PORT", c.AdminPort}, {"METRICS_PORT", c.MetricsPort}}
+	}{{"AUTOSCALER_PORT", c.Port}, {"WEBHOOK_PORT", c.WebhookPort}, {"ADMIN_PORT", c.AdminPort}, {"STATUS_PORT", c.StatusPort}, {"METRICS_PORT", c.MetricsPort}}
 	for i, p := range ports {
 		for _, q := range ports[:i] {
 			if p.port == q.port {

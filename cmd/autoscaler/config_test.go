@@ -29,8 +29,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 		cfg.Buckets != 10 || cfg.APIQPS != 20.5 || cfg.APIBurst != 40 {
 		t.Errorf("config %+v", cfg)
 	}
-	if cfg.Port != 8080 || cfg.WebhookPort != 8443 || cfg.AdminPort != 8022 || cfg.MetricsPort != 9090 {
-		t.Errorf("ports %d %d %d %d, want the defaults 8080 8443 8022 9090", cfg.Port, cfg.WebhookPort, cfg.AdminPort, cfg.MetricsPort)
+	if cfg.Port != 8080 || cfg.WebhookPort != 8443 || cfg.AdminPort != 8022 || cfg.StatusPort != 8023 || cfg.MetricsPort != 9090 {
+		t.Errorf("ports %d %d %d %d %d, want the defaults 8080 8443 8022 8023 9090", cfg.Port, cfg.WebhookPort, cfg.AdminPort, cfg.StatusPort, cfg.MetricsPort)
 	}
 }
 
@@ -43,6 +43,8 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		{"no pod IP", []string{"POD_NAME", "a"}, []string{"POD_IP is not set"}},
 		{"same ports", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "WEBHOOK_PORT", "8080"},
 			[]string{"AUTOSCALER_PORT and WEBHOOK_PORT are both 8080"}},
+		{"status on the admin port", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "STATUS_PORT", "8022"},
+			[]string{"ADMIN_PORT and STATUS_PORT are both 8022"}},
 		{"lease timings", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "LEASE_DURATION", "5s", "RENEW_DEADLINE", "10s"},
 			[]string{"LEASE_DURATION 5s must exceed RENEW_DEADLINE 10s"}},
 		{"renew against retry", []string{"POD_NAME", "a", "POD_IP", "10.0.0.1", "RETRY_PERIOD", "9s"},

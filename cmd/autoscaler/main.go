@@ -256,49 +256,34 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 
-	// Every server bounds how long a connection may take to send its
-	// headers and how long it may sit idle, so no caller holds the
-	// replica's goroutines for long; the webhooks' server has the bounds
-	// of package webhook besides. The activators' websockets, once
-	// upgraded, live as long as the activator keeps them; they travel
-	// over TLS, as their bearer tokens would be worth stealing.
-	servers := []struct {
-		port int
-		srv  *http.Server
-		tls  bool
-	}{
-		{cfg.Port, &http.Server{
-			Handler: a.leaderOnly(as.Handler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certMgr.GetCertificate},
-			// HTTP/1.1 only: the websocket upgrade needs nothing more.
-			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-		}, true},
-		{cfg.WebhookPort, nil, true},
-		{cfg.AdminPort, &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}, false},
-		{cfg.MetricsPort, &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}, false},
-	}
+	servers := a.servers(as, certMgr, reg)
 	var wg sync.WaitGroup
-	errc := make(chan error, len(servers)+1)
+	// Room for one error a listener (the status has two) and the
+	// certificates'.
+	errc := make(chan error, len(servers)+2)
 	for i, s := range servers {
-		ln, err := net.Listen("tcp", ":"+strconv.Itoa(s.port))
+		lns, err := a.listen(s)
 		if err != nil {
 			return err
 		}
 		if s.srv == nil {
-			s.srv, ln = webhook.Server(hooks, ln, certMgr.GetCertificate)
-			servers[i].srv = s.srv
+			var ln net.Listener
+			s.srv, ln = webhook.Server(hooks, lns[0], certMgr.GetCertificate)
+			servers[i].srv, lns = s.srv, []net.Listener{ln}
 		}
-		wg.Go(func() {
-			var err error
-			if s.tls {
-				err = s.srv.ServeTLS(ln, "", "")
-			} else {
-				err = s.srv.Serve(ln)
-			}
-			if !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		})
+		for _, ln := range lns {
+			wg.Go(func() {
+				var err error
+				if s.tls {
+					err = s.srv.ServeTLS(ln, "", "")
+				} else {
+					err = s.srv.Serve(ln)
+				}
+				if !errors.Is(err, http.ErrServerClosed) {
+					errc <- err
+				}
+			})
+		}
 	}
 	defer func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -490,9 +475,73 @@ func (a *app) leadBuckets(ctx context.Context, recorder record.EventRecorder, ro
 	}
 }
 
+// server is one of a replica's servers.
+type server struct {
+	port int
+	// srv is nil for the webhooks': package webhook builds it on its
+	// listener.
+	srv *http.Server
+	tls bool
+	// loopback listens on 127.0.0.1 and ::1 only: only a process in the
+	// pod's network namespace reaches it, whatever the CNI enforces, and
+	// from outside the pod only through kubectl port-forward, which RBAC
+	// governs (pods/portforward in Swell's namespace).
+	loopback bool
+}
+
+// servers are a replica's servers. Every one bounds how long a connection
+// may take to send its headers and how long it may sit idle, so no caller
+// holds the replica's goroutines for long; the webhooks' server has the
+// bounds of package webhook besides. The activators' websockets, once
+// upgraded, live as long as the activator keeps them; they travel over
+// TLS, as their bearer tokens would be worth stealing. The status names
+// every tenant's services, their pods and their load: it is not served on
+// the activators' port, which every pod may reach, but on loopback.
+func (a *app) servers(as *autoscaler.Autoscaler, certMgr *certs.Manager, reg prometheus.Gatherer) []server {
+	cfg := a.cfg
+	status := http.NewServeMux()
+	status.Handle(network.AutoscalerStatusPath, as.StatusHandler(a.leading.Load))
+	return []server{
+		{port: cfg.Port, tls: true, srv: &http.Server{
+			Handler: a.leaderOnly(as.ReportHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+			TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certMgr.GetCertificate},
+			// HTTP/1.1 only: the websocket upgrade needs nothing more.
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		}},
+		{port: cfg.WebhookPort, tls: true},
+		{port: cfg.AdminPort, srv: &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}},
+		{port: cfg.StatusPort, loopback: true, srv: &http.Server{Handler: status, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}},
+		{port: cfg.MetricsPort, srv: &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}},
+	}
+}
+
+// listen opens s's listeners: one on every address, or on loopback
+// 127.0.0.1 and, where the pod has IPv6, ::1 on the same port. Without
+// ::1 it serves IPv4 alone; kubectl port-forward dials 127.0.0.1 first.
+func (a *app) listen(s server) ([]net.Listener, error) {
+	if !s.loopback {
+		ln, err := net.Listen("tcp", ":"+strconv.Itoa(s.port))
+		if err != nil {
+			return nil, err
+		}
+		return []net.Listener{ln}, nil
+	}
+	v4, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)))
+	if err != nil {
+		return nil, err
+	}
+	port := v4.Addr().(*net.TCPAddr).Port
+	v6, err := net.Listen("tcp6", net.JoinHostPort("::1", strconv.Itoa(port)))
+	if err != nil {
+		a.log.Info("serving on 127.0.0.1 only, not ::1", zap.Int("port", port), zap.Error(err))
+		return []net.Listener{v4}, nil
+	}
+	return []net.Listener{v4, v6}, nil
+}
+
 // leaderOnly serves h on the leader. Activators reach only the leader (it
-// publishes its address), but a client that dialled a follower gets a 503
-// that says so rather than an empty status.
+// publishes its address); one that dialled a follower, at an address gone
+// stale, gets a 503 that says so.
 func (a *app) leaderOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !a.leading.Load() {

@@ -127,8 +127,10 @@ const (
 	DefaultAutoscalerPort = 8080
 )
 
-// The autoscaler's status, on the same port: every service's latest
-// decision and its inputs, as JSON (docs/autoscaler.md), for `swell status`.
+// The autoscaler's status: every service's latest decision and its inputs,
+// as JSON (docs/autoscaler.md). On Kubernetes each replica serves it on a
+// loopback-only port (STATUS_PORT), read through kubectl port-forward;
+// `swell local` serves it on its admin port, for `swell status`.
 const AutoscalerStatusPath = "/status"
 
 // IsProbe reports whether r is a probe (from the activator, the kubelet or

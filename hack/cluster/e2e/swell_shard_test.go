@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/swell-run/swell/hack/cluster/netns"
 )
 
 // shardBuckets and shardReplicas are the division the sharding test runs:
@@ -271,6 +273,7 @@ func TestSwellShardedBuckets(t *testing.T) {
 
 // shardStatus is what the test reads of an autoscaler replica's /status.
 type shardStatus struct {
+	Leading    *bool          `json:"leading"`
 	Activators []string       `json:"activators"`
 	Services   []shardService `json:"services"`
 }
@@ -306,14 +309,30 @@ func (e *env) replicaStatus(ctx context.Context, pod string) (shardStatus, error
 	return replicaStatus(ctx, e.cs, pod)
 }
 
-// replicaStatus reads the /status of the autoscaler pod.
+// autoscalerStatusPort is where each autoscaler replica serves its
+// /status: on its pod's loopback only (STATUS_PORT's default).
+const autoscalerStatusPort = 8023
+
+// replicaStatus reads the /status of the autoscaler pod as kubectl
+// port-forward does: from inside the pod's network namespace, at
+// 127.0.0.1, as the status listens on loopback only.
 func replicaStatus(ctx context.Context, cs kubernetes.Interface, pod string) (shardStatus, error) {
 	var st shardStatus
 	p, err := cs.CoreV1().Pods(swellNamespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return st, err
 	}
-	code, body, err := autoscalerGet(ctx, cs, net.JoinHostPort(p.Status.PodIP, "8080"), "/status")
+	pid, err := podProcess(p)
+	if err != nil {
+		return st, err
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		Proxy:             nil,
+		DialContext:       netns.DialerAt(fmt.Sprintf("/proc/%d/ns/net", pid), p.Namespace+"/"+p.Name),
+		DisableKeepAlives: true,
+	}}
+	url := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(autoscalerStatusPort)) + "/status"
+	code, body, err := getWith(ctx, c, url)
 	if err != nil || code != http.StatusOK {
 		return st, fmt.Errorf("GET /status of %s: %d %v", pod, code, err)
 	}

@@ -898,25 +898,19 @@ func TestSwellLeaderFailover(t *testing.T) {
 		}
 		return nil
 	})
-	// The activators report to the new leader: its status lists them.
+	// The activators report to the new leader, over TLS trusting only the
+	// CAs of the ConfigMap swell-ca: its status lists them.
 	e.eventually("the activators connected to the new leader", func(ctx context.Context) error {
-		p, err := e.cs.CoreV1().Pods(swellNamespace).Get(ctx, leader, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
 		want, err := activatorAddrs(ctx, e.cs)
 		if err != nil {
 			return err
 		}
-		code, body, err := e.autoscalerGet(ctx, net.JoinHostPort(p.Status.PodIP, "8080"), "/status")
-		if err != nil || code != http.StatusOK {
-			return fmt.Errorf("GET /status: %d %v", code, err)
+		st, err := e.replicaStatus(ctx, leader)
+		if err != nil {
+			return err
 		}
-		var st struct {
-			Activators []string `json:"activators"`
-		}
-		if err := json.Unmarshal([]byte(body), &st); err != nil {
-			return fmt.Errorf("status %q: %w", body, err)
+		if st.Leading == nil || !*st.Leading {
+			return fmt.Errorf("the new leader's status does not say it leads (leading: %t)", ptrOr(st.Leading, false))
 		}
 		if len(st.Activators) != len(want) {
 			return fmt.Errorf("activators %v connected, want %d", st.Activators, len(want))

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"k8s.io/client-go/kubernetes/fake"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/swell-run/swell/autoscaler"
+	"github.com/swell-run/swell/autoscaler/collector"
+	"github.com/swell-run/swell/autoscaler/scaler/scalertest"
+	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/certs"
+	"github.com/swell-run/swell/pkg/network"
+)
+
+// testServers builds a replica's servers as run does, around an
+// autoscaler that knows no service yet.
+func testServers(t *testing.T) (*app, []server) {
+	t.Helper()
+	cfg := defaultConfig()
+	cfg.PodName, cfg.PodIP = "autoscaler-0", "10.0.0.7"
+	a := &app{cfg: cfg, log: zap.NewNop(), client: fake.NewClientset()}
+	reg := prometheus.NewRegistry()
+	as, err := autoscaler.New(autoscaler.Config{
+		Backend:    scalertest.NewBackend(),
+		Endpoint:   collector.EndpointConfig{Tokens: []string{"an-activator-token-long-enough"}},
+		Registerer: reg,
+		Clock:      testingclock.NewFakeClock(time.Unix(0, 0)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	certMgr, err := certs.New(certs.Config{Client: a.client, Namespace: cfg.Namespace, OtherServices: []string{kube.AutoscalerService}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, a.servers(as, certMgr, reg)
+}
+
+func get(h http.Handler, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	return rec
+}
+
+// TestStatusOnlyOnLoopback: the status names every tenant's services, so
+// the activators' port, which every pod may reach, does not serve it, and
+// neither does any other port open to the pod network; a server of its
+// own does, on loopback addresses only, whether the replica leads or not.
+func TestStatusOnlyOnLoopback(t *testing.T) {
+	a, servers := testServers(t)
+	a.leading.Store(true)
+	var status *server
+	for i, s := range servers {
+		switch {
+		case s.srv == nil: // the webhooks', built by package webhook
+		case s.loopback:
+			if status != nil {
+				t.Fatalf("two loopback servers, ports %d and %d", status.port, s.port)
+			}
+			status = &servers[i]
+		default:
+			if rec := get(s.srv.Handler, network.AutoscalerStatusPath); strings.Contains(rec.Body.String(), `"tickInterval"`) {
+				t.Errorf("port %d, open to the pod network, serves the status: %d %s", s.port, rec.Code, rec.Body)
+			}
+		}
+		if s.port == a.cfg.Port {
+			if rec := get(s.srv.Handler, network.AutoscalerStatusPath); rec.Code != http.StatusNotFound {
+				t.Errorf("GET %s on the activators' port: %d, want 404", network.AutoscalerStatusPath, rec.Code)
+			}
+			// Still the activators' port: their websocket asks for a token.
+			if rec := get(s.srv.Handler, network.ActivatorReportPath); rec.Code != http.StatusUnauthorized {
+				t.Errorf("GET %s on the activators' port without a token: %d, want 401", network.ActivatorReportPath, rec.Code)
+			}
+		}
+	}
+	if status == nil {
+		t.Fatal("no server of the status")
+	}
+	if status.port != a.cfg.StatusPort || status.port != defaultStatusPort || status.tls {
+		t.Errorf("status on port %d (TLS %t), want STATUS_PORT %d in clear text", status.port, status.tls, defaultStatusPort)
+	}
+
+	// Listening, on a port of the system's choosing.
+	status.port = 0
+	lns, err := a.listen(*status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ln := range lns {
+		go status.srv.Serve(ln)
+	}
+	t.Cleanup(func() { status.srv.Close() })
+	for _, ln := range lns {
+		addr := ln.Addr().(*net.TCPAddr)
+		if !addr.IP.IsLoopback() {
+			t.Errorf("the status listens on %s, not a loopback address", addr)
+		}
+		for _, leading := range []bool{true, false} {
+			a.leading.Store(leading)
+			st := getStatus(t, "http://"+addr.String()+network.AutoscalerStatusPath)
+			if st.Leading == nil || *st.Leading != leading {
+				t.Errorf("status at %s says leading %v, want %t", addr, st.Leading, leading)
+			}
+		}
+	}
+	if lns[0].Addr().(*net.TCPAddr).IP.String() != "127.0.0.1" {
+		t.Errorf("first listener %s, want 127.0.0.1, which kubectl port-forward dials", lns[0].Addr())
+	}
+}
+
+func getStatus(t *testing.T, url string) autoscaler.Status {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, res.StatusCode, body)
+	}
+	var st autoscaler.Status
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatalf("GET %s: %v: %s", url, err, body)
+	}
+	return st
+}

@@ -2,10 +2,12 @@ package deploy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -110,4 +112,76 @@ func TestActivatorDrainsOnSIGTERM(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deployment returns the Deployment name of file.
+func deployment(t *testing.T, file, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, o := range decodeFile(t, file) {
+		if d, ok := o.(*appsv1.Deployment); ok && d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("%s has no Deployment %s", file, name)
+	return nil
+}
+
+// env returns the value of the variable name of d's container.
+func env(d *appsv1.Deployment, container, name string) (string, bool) {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name == name {
+				return e.Value, true
+			}
+		}
+	}
+	return "", false
+}
+
+// The activators present to the autoscaler a token bound to their pod and
+// meant for the autoscaler alone, which the autoscaler asks the API
+// server about for that audience: a token the API server would take is
+// never sent, and one meant for the API server is refused.
+func TestActivatorTokenIsMeantForTheAutoscaler(t *testing.T) {
+	act, as := deployment(t, "activator.yaml", "activator"), deployment(t, "autoscaler.yaml", "autoscaler")
+	audience, ok := env(as, "autoscaler", "ACTIVATOR_TOKEN_AUDIENCES")
+	if !ok || audience == "" || strings.Contains(audience, ",") {
+		t.Fatalf("the autoscaler's ACTIVATOR_TOKEN_AUDIENCES %q, want one audience", audience)
+	}
+	file, ok := env(act, "activator", "AUTOSCALER_TOKEN_FILE")
+	if !ok {
+		t.Fatal("the activator has no AUTOSCALER_TOKEN_FILE: it would present the API server's token")
+	}
+	spec := act.Spec.Template.Spec
+	var mount *corev1.VolumeMount
+	for _, c := range spec.Containers {
+		for i, m := range c.VolumeMounts {
+			if c.Name == "activator" && strings.HasPrefix(file, m.MountPath+"/") {
+				mount = &c.VolumeMounts[i]
+			}
+		}
+	}
+	if mount == nil {
+		t.Fatalf("AUTOSCALER_TOKEN_FILE %s is on no volume of the activator", file)
+	}
+	for _, v := range spec.Volumes {
+		if v.Name != mount.Name || v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if tok := src.ServiceAccountToken; tok != nil && mount.MountPath+"/"+tok.Path == file {
+				if tok.Audience != audience {
+					t.Errorf("the activator's token is for audience %q, the autoscaler asks for %q", tok.Audience, audience)
+				}
+				if tok.ExpirationSeconds == nil || *tok.ExpirationSeconds > 3600 {
+					t.Errorf("the activator's token lives %v s, want at most an hour", tok.ExpirationSeconds)
+				}
+				return
+			}
+		}
+	}
+	t.Errorf("AUTOSCALER_TOKEN_FILE %s is no projected service-account token", file)
 }

@@ -7,37 +7,61 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+	"k8s.io/utils/clock"
 
 	"github.com/swell-run/swell/pkg/stats"
 )
 
 // Close codes the endpoint sends besides the standard ones (1001 going away
 // on shutdown, 1003 for a text frame, 1007 for a malformed frame, 1008 for a
-// protocol violation, 1009 for a frame over the size limit).
+// protocol violation, no hello in time or a token refused on a recheck,
+// 1009 for a frame over the size limit).
 const (
 	// CloseReplaced closes a connection whose activator opened a newer one.
 	CloseReplaced = 4000
 	// CloseIdle closes a connection on which nothing, not even a pong,
-	// arrived for IdleTimeout.
+	// arrived for IdleTimeout after its hello.
 	CloseIdle = 4001
 )
 
 // Defaults of EndpointConfig.
 const (
-	DefaultIdleTimeout    = 10 * time.Second
+	DefaultIdleTimeout = 10 * time.Second
+	// DefaultHelloTimeout is how long a connection has to say hello. An
+	// activator sends its hello as its first write, at once.
+	DefaultHelloTimeout   = 10 * time.Second
 	DefaultWriteTimeout   = 5 * time.Second
 	DefaultMaxConnections = 256
+	// DefaultMaxConnectionsPerActivator caps one authenticated activator's
+	// connections to one autoscaler replica. An activator keeps one
+	// connection to each replica (its reporter pool runs one reporter per
+	// replica, however many buckets that replica leads, and a reporter
+	// dials again only once its connection has ended). So one replica sees
+	// at most the connection it holds, which may be dead without its
+	// knowing yet; the new one that will replace it; and handshakes whose
+	// answer never reached the activator, each gone at the hello deadline
+	// and each costing the activator its dial timeout (5 s), so two in a
+	// HelloTimeout. Eight is twice those four, and keeps a stolen token to 8
+	// of the 256 slots.
+	DefaultMaxConnectionsPerActivator = 8
+	// DefaultRecheckInterval is how often an open connection's token is
+	// checked again: the activators' token reviewer remembers an accepted
+	// token for as long (kube/activatorauth.DefaultCacheTTL), so each check
+	// asks the API server afresh.
+	DefaultRecheckInterval = time.Minute
 	// MinTokenLength is the shortest bearer token accepted: 16 bytes, as
 	// from `head -c 32 /dev/urandom | base64` (44).
 	MinTokenLength = 16
@@ -56,6 +80,12 @@ type Authenticator interface {
 // ErrRetryLater marks an Authenticator's error that is no verdict on the
 // token: it could not be checked now.
 var ErrRetryLater = errors.New("cannot check the token now; retry later")
+
+// ErrUnknownCaller marks an Authenticator's refusal to check a token at
+// all: its caller's address is no activator's, as far as the
+// Authenticator knows yet (an activator just started may not be known
+// for a moment, so it wraps ErrRetryLater).
+var ErrUnknownCaller = fmt.Errorf("the caller's address is no activator pod's: %w", ErrRetryLater)
 
 // authTimeout bounds an Authenticator's check.
 const authTimeout = 10 * time.Second
@@ -82,9 +112,14 @@ type EndpointConfig struct {
 	// MaxFrameSize is the read limit per frame (default
 	// stats.ActivatorMaxFrameSize). A larger frame closes the connection.
 	MaxFrameSize int64
+	// HelloTimeout closes a connection that has not sent its hello this
+	// long after its upgrade (default DefaultHelloTimeout). Nothing else
+	// extends it, pongs included: a credential cannot hold connections
+	// without saying which activator they are for.
+	HelloTimeout time.Duration
 	// IdleTimeout closes a connection on which nothing arrived for this long
-	// (default DefaultIdleTimeout); the endpoint pings every third of it, so
-	// a live activator always answers in time.
+	// after its hello (default DefaultIdleTimeout); the endpoint pings every
+	// third of it, so a live activator always answers in time.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each ping and close frame (default
 	// DefaultWriteTimeout).
@@ -92,6 +127,24 @@ type EndpointConfig struct {
 	// MaxConnections caps simultaneous connections (default
 	// DefaultMaxConnections); more are refused with 503 before upgrading.
 	MaxConnections int
+	// MaxConnectionsPerActivator caps the connections one credential holds
+	// at once, upgrades in progress included: one activator's with an
+	// Authenticator (default DefaultMaxConnectionsPerActivator), one shared
+	// token's with Tokens (default MaxConnections, as every activator of a
+	// fleet may hold the same token). More are refused with 429 before
+	// upgrading, so one credential cannot take every connection.
+	MaxConnectionsPerActivator int
+	// RecheckInterval is how often the Authenticator is asked again about
+	// each open connection's token (default DefaultRecheckInterval). A
+	// token it refuses, or that now belongs to another activator, closes
+	// the connection with 1008; one it cannot check now (ErrRetryLater)
+	// keeps it, so an API server that does not answer drops no activator.
+	// Shared tokens are fixed for the endpoint's life and not rechecked.
+	RecheckInterval time.Duration
+	// Clock drives the hello deadline, the pings, the idle timeout and the
+	// rechecks (default the real clock). Socket write deadlines use real
+	// time.
+	Clock clock.WithTicker
 	// Logger logs connections and why they closed (default none).
 	Logger *zap.Logger
 	// Registerer, if set, gets the endpoint's metrics.
@@ -112,18 +165,49 @@ type ActivatorEndpoint struct {
 	sink     ActivatorSink
 	onPoke   func(string)
 	maxFrame int64
+	helloTO  time.Duration
 	idle     time.Duration
 	writeTO  time.Duration
+	recheck  time.Duration
 	maxConns int
+	maxPer   int
+	clock    clock.WithTicker
 	log      *zap.Logger
 	metrics  *endpointMetrics
 	upgrader websocket.Upgrader
+	// refusals bounds the log lines of refused attempts (the metrics
+	// count them all).
+	refusals rate.Sometimes
 
 	mu     sync.Mutex
 	closed bool
 	conns  int // upgrades in progress and open connections
+	per    map[credential]int
 	open   map[*activatorConn]struct{}
 	slots  map[string]*activatorConnSlot
+}
+
+// credential is what a connection was admitted on, as the per-activator
+// cap counts it: the activator an Authenticator named, or a shared token.
+type credential struct {
+	activator string
+	token     int // 1 + the shared token's index; 0 with an Authenticator
+}
+
+func (k credential) String() string {
+	if k.token > 0 {
+		return "shared token " + strconv.Itoa(k.token-1)
+	}
+	return "activator " + strconv.Quote(k.activator)
+}
+
+// admission is what authenticate learnt of a connection.
+type admission struct {
+	cred credential
+	// token and from are kept, with an Authenticator, to check the token
+	// again while the connection lasts.
+	token string
+	from  netip.Addr
 }
 
 // activatorConnSlot holds the current connection of one activator. Its
@@ -138,13 +222,41 @@ type activatorConnSlot struct {
 type activatorConn struct {
 	ws     *websocket.Conn
 	remote string
-	// identity is the activator the token proved, which the hello must
-	// name; "" for a shared token, which may name any.
-	identity string
-	name     string // set by register, under ActivatorEndpoint.mu
-	slot     *activatorConnSlot
-	once     sync.Once
-	done     chan struct{}
+	// admission.cred.activator is the activator the token proved, which
+	// the hello must name; "" for a shared token, which may name any.
+	admission
+	name string // set by register, under ActivatorEndpoint.mu
+	slot *activatorConnSlot
+	// closed is set by closeConn under ActivatorEndpoint.mu; register
+	// refuses a closed connection.
+	closed bool
+	// greeted is closed once the hello is registered: from then on the
+	// hello deadline is over, and frames and pongs keep the connection.
+	greeted chan struct{}
+	// seen is when the latest frame or pong arrived, in the clock's
+	// nanoseconds since the epoch.
+	seen atomic.Int64
+	once sync.Once
+	// ctx ends when the connection is closed.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// connTimers are one connection's clock: its hello deadline, the keepalive
+// tick and, with an Authenticator, the rechecks. They are armed before the
+// upgrade, so they run from the moment the activator has its websocket.
+type connTimers struct {
+	hello   clock.Timer
+	tick    clock.Ticker
+	recheck clock.Ticker // nil without an Authenticator
+}
+
+func (t *connTimers) stop() {
+	t.hello.Stop()
+	t.tick.Stop()
+	if t.recheck != nil {
+		t.recheck.Stop()
+	}
 }
 
 // NewActivatorEndpoint returns an ActivatorEndpoint, or an error saying
@@ -160,14 +272,20 @@ func NewActivatorEndpoint(cfg EndpointConfig) (*ActivatorEndpoint, error) {
 		return nil, errors.New("activator endpoint: EndpointConfig.Tokens and EndpointConfig.Authenticator are exclusive")
 	}
 	e := &ActivatorEndpoint{
+		refusals: rate.Sometimes{First: 5, Interval: time.Second},
 		auth:     cfg.Authenticator,
 		sink:     cfg.Sink,
 		onPoke:   cfg.OnPoke,
 		maxFrame: cfg.MaxFrameSize,
+		helloTO:  cfg.HelloTimeout,
 		idle:     cfg.IdleTimeout,
 		writeTO:  cfg.WriteTimeout,
+		recheck:  cfg.RecheckInterval,
 		maxConns: cfg.MaxConnections,
+		maxPer:   cfg.MaxConnectionsPerActivator,
+		clock:    cfg.Clock,
 		log:      cfg.Logger,
+		per:      make(map[credential]int),
 		open:     make(map[*activatorConn]struct{}),
 		slots:    make(map[string]*activatorConnSlot),
 	}
@@ -183,14 +301,30 @@ func NewActivatorEndpoint(cfg EndpointConfig) (*ActivatorEndpoint, error) {
 	if e.maxFrame <= 0 {
 		e.maxFrame = stats.ActivatorMaxFrameSize
 	}
+	if e.helloTO <= 0 {
+		e.helloTO = DefaultHelloTimeout
+	}
 	if e.idle <= 0 {
 		e.idle = DefaultIdleTimeout
+	}
+	if e.recheck <= 0 {
+		e.recheck = DefaultRecheckInterval
 	}
 	if e.writeTO <= 0 {
 		e.writeTO = DefaultWriteTimeout
 	}
 	if e.maxConns <= 0 {
 		e.maxConns = DefaultMaxConnections
+	}
+	switch {
+	case e.maxPer > 0:
+	case e.auth != nil:
+		e.maxPer = DefaultMaxConnectionsPerActivator
+	default:
+		e.maxPer = e.maxConns
+	}
+	if e.clock == nil {
+		e.clock = clock.RealClock{}
 	}
 	if e.log == nil {
 		e.log = zap.NewNop()
@@ -211,78 +345,125 @@ func NewActivatorEndpoint(cfg EndpointConfig) (*ActivatorEndpoint, error) {
 // ServeHTTP authenticates and upgrades the request, then reads frames until
 // the connection ends.
 func (e *ActivatorEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	identity, err := e.authenticate(r)
+	a, err := e.authenticate(r)
+	// Refusals are logged a few times a second at most: anyone who
+	// reaches the port can cause them, as often as they like.
 	switch {
+	case errors.Is(err, ErrUnknownCaller):
+		e.metrics.rejected("unknown-caller")
+		e.refusals.Do(func() {
+			e.log.Info("a caller that is no activator, refused without a review", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		})
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "activator endpoint: "+err.Error(), http.StatusServiceUnavailable)
+		return
 	case errors.Is(err, ErrRetryLater):
 		e.metrics.rejected("auth-unavailable")
-		e.log.Warn("cannot check an activator's token", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		e.refusals.Do(func() {
+			e.log.Warn("cannot check an activator's token", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		})
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "activator endpoint: "+err.Error(), http.StatusServiceUnavailable)
 		return
 	case err != nil:
 		e.metrics.rejected("unauthorized")
-		e.log.Info("activator token refused", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		e.refusals.Do(func() {
+			e.log.Info("activator token refused", zap.String("remote", r.RemoteAddr), zap.Error(err))
+		})
 		w.Header().Set("WWW-Authenticate", `Bearer realm="swell-autoscaler"`)
 		http.Error(w, "activator endpoint: missing or wrong bearer token", http.StatusUnauthorized)
 		return
 	}
-	e.mu.Lock()
-	switch {
-	case e.closed:
-		e.mu.Unlock()
-		e.metrics.rejected("shutting-down")
-		http.Error(w, "activator endpoint: shutting down", http.StatusServiceUnavailable)
-		return
-	case e.conns >= e.maxConns:
-		e.mu.Unlock()
-		e.metrics.rejected("too-many")
-		http.Error(w, fmt.Sprintf("activator endpoint: %d connections open, the maximum", e.maxConns), http.StatusServiceUnavailable)
+	if !e.admit(w, r, a.cred) {
 		return
 	}
-	e.conns++
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.conns--
-		e.mu.Unlock()
-	}()
 
+	t := &connTimers{hello: e.clock.NewTimer(e.helloTO), tick: e.clock.NewTicker(max(e.idle/3, time.Millisecond))}
+	if e.auth != nil {
+		t.recheck = e.clock.NewTicker(e.recheck)
+	}
 	ws, err := e.upgrader.Upgrade(w, r, nil) // answers the client itself on error
 	if err != nil {
+		t.stop()
+		e.mu.Lock()
+		e.releaseLocked(a.cred)
+		e.mu.Unlock()
 		e.metrics.rejected("handshake")
 		e.log.Info("activator handshake failed", zap.String("remote", r.RemoteAddr), zap.Error(err))
 		return
 	}
-	c := &activatorConn{ws: ws, remote: r.RemoteAddr, identity: identity, done: make(chan struct{})}
+	// From here the connection holds the slot admit took; closeConn gives
+	// it back.
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &activatorConn{ws: ws, remote: r.RemoteAddr, admission: a, greeted: make(chan struct{}), ctx: ctx, cancel: cancel}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		t.stop()
 		e.closeConn(c, websocket.CloseGoingAway, "shutting down")
 		return
 	}
 	e.open[c] = struct{}{}
 	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.open, c)
-		e.mu.Unlock()
-	}()
-	e.serve(c)
+	e.serve(c, t)
+}
+
+// admit takes a connection slot for a connection admitted on cred, or
+// answers why there is none: the endpoint is closing, every slot is taken,
+// or cred holds as many as one credential may.
+func (e *ActivatorEndpoint) admit(w http.ResponseWriter, r *http.Request, cred credential) bool {
+	e.mu.Lock()
+	closed, held, conns := e.closed, e.per[cred], e.conns
+	ok := !closed && held < e.maxPer && conns < e.maxConns
+	if ok {
+		e.conns++
+		e.per[cred]++
+	}
+	e.mu.Unlock()
+	switch {
+	case ok:
+		return true
+	case closed:
+		e.metrics.rejected("shutting-down")
+		http.Error(w, "activator endpoint: shutting down", http.StatusServiceUnavailable)
+	case conns >= e.maxConns:
+		e.metrics.rejected("too-many")
+		http.Error(w, fmt.Sprintf("activator endpoint: %d connections open, the maximum", e.maxConns), http.StatusServiceUnavailable)
+	default:
+		e.metrics.rejected("too-many-per-activator")
+		e.log.Info("activator refused: its credential holds the most connections it may",
+			zap.Stringer("credential", cred), zap.String("remote", r.RemoteAddr), zap.Int("connections", held))
+		// Connections that never said hello are gone by the hello deadline.
+		w.Header().Set("Retry-After", strconv.Itoa(int((e.helloTO+time.Second-1)/time.Second)))
+		http.Error(w, fmt.Sprintf("activator endpoint: %s already holds %d connections, the most one credential may hold "+
+			"(a connection without a hello ends %v after its upgrade)", cred, held, e.helloTO), http.StatusTooManyRequests)
+	}
+	return false
+}
+
+// releaseLocked gives back the slot admit took for cred.
+func (e *ActivatorEndpoint) releaseLocked(cred credential) {
+	e.conns--
+	if e.per[cred]--; e.per[cred] <= 0 {
+		delete(e.per, cred)
+	}
 }
 
 // errNoToken refuses a request without a bearer token.
 var errNoToken = errors.New("no bearer token")
 
-// authenticate checks the request's bearer token and returns the activator
-// it binds the connection to ("" for a shared token). A shared token is
+// authenticate checks the request's bearer token and returns what it
+// admits the connection on: with an Authenticator, the activator it binds
+// the connection to; else the shared token it matched. A shared token is
 // compared with each accepted one in constant time: comparing SHA-256
 // digests keeps the comparison's length fixed, so not even a token's
-// length leaks through timing.
-func (e *ActivatorEndpoint) authenticate(r *http.Request) (string, error) {
+// length leaks through timing, and which one matched is selected without
+// a branch.
+func (e *ActivatorEndpoint) authenticate(r *http.Request) (admission, error) {
 	const scheme = "bearer "
 	h := r.Header.Get("Authorization")
 	if len(h) <= len(scheme) || !strings.EqualFold(h[:len(scheme)], scheme) {
-		return "", errNoToken
+		return admission{}, errNoToken
 	}
 	token := strings.TrimSpace(h[len(scheme):])
 	if e.auth != nil {
@@ -293,46 +474,54 @@ func (e *ActivatorEndpoint) authenticate(r *http.Request) (string, error) {
 		if err == nil && name == "" {
 			err = errors.New("the authenticator named no activator")
 		}
-		return name, err
+		return admission{cred: credential{activator: name}, token: token, from: from.Addr()}, err
 	}
 	sum := sha256.Sum256([]byte(token))
-	ok := 0
+	matched := 0
 	for i := range e.tokens {
-		ok |= subtle.ConstantTimeCompare(sum[:], e.tokens[i][:])
+		matched = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(sum[:], e.tokens[i][:]), i+1, matched)
 	}
-	if ok != 1 {
-		return "", errors.New("not an accepted token")
+	if matched == 0 {
+		return admission{}, errors.New("not an accepted token")
 	}
-	return "", nil
+	return admission{cred: credential{token: matched}}, nil
 }
 
-// serve runs one connection: the hello, then frames until an error.
-func (e *ActivatorEndpoint) serve(c *activatorConn) {
+// serve runs one connection: the hello, then frames until an error. Every
+// way out of it has closed c.
+func (e *ActivatorEndpoint) serve(c *activatorConn, t *connTimers) {
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		e.watch(c, t)
+	}()
+	defer func() { <-watched }()
+
 	ws := c.ws
 	ws.SetReadLimit(e.maxFrame)
-	extend := func() { ws.SetReadDeadline(time.Now().Add(e.idle)) }
-	ws.SetPongHandler(func(string) error { extend(); return nil })
-	extend()
-
 	var (
 		buf []byte
 		f   stats.ActivatorFrame
 	)
+	// Until the hello, pongs are ignored (gorilla's default), so only the
+	// hello ends the hello deadline.
 	buf, code, reason := e.readFrame(c, buf, &f)
 	switch {
 	case code != 0:
 	case f.Type != stats.ActivatorHello:
 		code, reason = websocket.ClosePolicyViolation, "first frame must be a hello, got a "+f.Type.String()
-	case c.identity != "" && string(f.Activator) != c.identity:
-		code, reason = websocket.ClosePolicyViolation, fmt.Sprintf("the hello names activator %q but the token is %q's", f.Activator, c.identity)
+	case c.cred.activator != "" && string(f.Activator) != c.cred.activator:
+		code, reason = websocket.ClosePolicyViolation, fmt.Sprintf("the hello names activator %q but the token is %q's", f.Activator, c.cred.activator)
 	}
 	if code != 0 {
 		e.closeConn(c, code, reason)
 		return
 	}
-	e.register(c, string(f.Activator))
-	defer e.unregister(c)
-	go e.keepalive(c)
+	if !e.register(c, string(f.Activator)) {
+		return // closed meanwhile: the hello deadline passed, or shutdown
+	}
+	ws.SetPongHandler(func(string) error { c.seen.Store(e.clock.Now().UnixNano()); return nil })
+	close(c.greeted)
 
 	for {
 		buf, code, reason = e.readFrame(c, buf, &f)
@@ -344,7 +533,7 @@ func (e *ActivatorEndpoint) serve(c *activatorConn) {
 			return
 		}
 		if !e.apply(c, &f) {
-			return // replaced; the replacement closed c
+			return // replaced or closed; whoever did it closed c
 		}
 	}
 }
@@ -361,18 +550,15 @@ func (e *ActivatorEndpoint) readFrame(c *activatorConn, buf []byte, f *stats.Act
 	}
 	if err != nil {
 		var ce *websocket.CloseError
-		var ne net.Error
 		switch {
 		case errors.As(err, &ce):
 			return buf, websocket.CloseNormalClosure, "peer closed: " + ce.Error()
 		case errors.Is(err, websocket.ErrReadLimit):
 			return buf, websocket.CloseMessageTooBig, fmt.Sprintf("frame larger than %d bytes", e.maxFrame)
-		case errors.As(err, &ne) && ne.Timeout():
-			return buf, CloseIdle, fmt.Sprintf("nothing received for %v", e.idle)
 		}
 		return buf, websocket.CloseAbnormalClosure, err.Error()
 	}
-	c.ws.SetReadDeadline(time.Now().Add(e.idle))
+	c.seen.Store(e.clock.Now().UnixNano())
 	if err := stats.DecodeActivatorFrame(buf, f); err != nil {
 		return buf, websocket.CloseInvalidFramePayloadData, err.Error()
 	}
@@ -399,10 +585,15 @@ func readAll(r io.Reader, buf []byte) ([]byte, error) {
 }
 
 // register names c and makes it its activator's current connection, then
-// closes the one it replaces. The name is set under e.mu because Close may
-// log it from another goroutine.
-func (e *ActivatorEndpoint) register(c *activatorConn, name string) {
+// closes the one it replaces; it reports false, and does nothing, if c is
+// closed already. The name is set under e.mu because Close may log it from
+// another goroutine.
+func (e *ActivatorEndpoint) register(c *activatorConn, name string) bool {
 	e.mu.Lock()
+	if c.closed {
+		e.mu.Unlock()
+		return false
+	}
 	c.name = name
 	s := e.slots[c.name]
 	if s == nil {
@@ -422,11 +613,15 @@ func (e *ActivatorEndpoint) register(c *activatorConn, name string) {
 	} else {
 		e.log.Info("activator connected", zap.String("activator", c.name), zap.String("remote", c.remote))
 	}
+	return true
 }
 
-func (e *ActivatorEndpoint) unregister(c *activatorConn) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// unregisterLocked ends c's turn as its activator's connection, if it is
+// still that; no frame of c is applied after it.
+func (e *ActivatorEndpoint) unregisterLocked(c *activatorConn) {
+	if c.slot == nil {
+		return // never registered
+	}
 	c.slot.mu.Lock()
 	defer c.slot.mu.Unlock()
 	if c.slot.cur == c {
@@ -452,34 +647,113 @@ func (e *ActivatorEndpoint) apply(c *activatorConn, f *stats.ActivatorFrame) boo
 	return current
 }
 
-// keepalive pings every third of the idle timeout until c closes; the
-// activator's pongs (and its frames) push the read deadline forward.
-func (e *ActivatorEndpoint) keepalive(c *activatorConn) {
-	t := time.NewTicker(max(e.idle/3, time.Millisecond))
-	defer t.Stop()
+// watch keeps c's time until c is closed. It closes c if no hello came
+// within the hello deadline; after the hello, it pings every third of the
+// idle timeout and closes c once nothing (no frame, no pong) arrived for
+// that long; and with an Authenticator it has c's token checked again
+// every recheck interval.
+func (e *ActivatorEndpoint) watch(c *activatorConn, t *connTimers) {
+	defer t.stop()
+	var recheck <-chan time.Time
+	if t.recheck != nil {
+		recheck = t.recheck.C()
+	}
+	hello, greeted := t.hello.C(), c.greeted
 	for {
 		select {
-		case <-c.done:
+		case <-c.ctx.Done():
 			return
-		case <-t.C:
+		case <-greeted:
+			t.hello.Stop()
+			hello, greeted = nil, nil
+		case <-hello:
+			select {
+			case <-c.greeted: // in time, only just
+				hello, greeted = nil, nil
+				continue
+			default:
+			}
+			e.closeAs(c, websocket.ClosePolicyViolation, "no-hello", fmt.Sprintf("no hello within %v of the upgrade", e.helloTO))
+			return
+		case now := <-t.tick.C():
+			if greeted != nil {
+				continue // before the hello only its deadline counts
+			}
+			if now.Sub(time.Unix(0, c.seen.Load())) >= e.idle {
+				e.closeConn(c, CloseIdle, fmt.Sprintf("nothing received for %v", e.idle))
+				return
+			}
 			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(e.writeTO)); err != nil {
 				e.closeConn(c, websocket.CloseAbnormalClosure, "ping: "+err.Error())
+				return
+			}
+		case <-recheck:
+			if !e.recheckToken(c) {
 				return
 			}
 		}
 	}
 }
 
-// closeConn sends a close frame with code and reason (when the code may be
-// sent) and closes the socket, once; the reader then ends.
+// recheckToken asks the Authenticator again about c's token, from c's
+// address. It closes c and reports false if the token is refused now or
+// belongs to another activator; a token that cannot be checked now keeps
+// c, so an API server that does not answer drops no activator.
+func (e *ActivatorEndpoint) recheckToken(c *activatorConn) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, authTimeout)
+	name, err := e.auth.Authenticate(ctx, c.from, c.token)
+	cancel()
+	if c.ctx.Err() != nil {
+		return false // closed meanwhile
+	}
+	e.mu.Lock()
+	activator := c.name // "" before the hello
+	e.mu.Unlock()
+	var reason string
+	switch {
+	case errors.Is(err, ErrRetryLater):
+		e.metrics.rechecked("unavailable")
+		e.log.Warn("cannot check an activator's token again now; its connection stays",
+			zap.String("activator", activator), zap.String("remote", c.remote), zap.Error(err))
+		return true
+	case err != nil:
+		reason = "the token was refused when checked again"
+	case name != c.cred.activator:
+		err = fmt.Errorf("the token is now %q's, not %q's", name, c.cred.activator)
+		reason = "the token belongs to another activator now"
+	default:
+		e.metrics.rechecked("ok")
+		return true
+	}
+	e.metrics.rechecked("refused")
+	e.log.Warn("activator token refused when checked again: closing its connection",
+		zap.String("activator", activator), zap.String("remote", c.remote), zap.Error(err))
+	e.closeAs(c, websocket.ClosePolicyViolation, "revoked", reason)
+	return false
+}
+
+// closeConn closes c with code and reason, counted under the code's reason
+// (closeReasons).
 func (e *ActivatorEndpoint) closeConn(c *activatorConn, code int, reason string) {
+	e.closeAs(c, code, closeReasons[code], reason)
+}
+
+// closeAs closes c, once: it unregisters c and gives its slot back, counts
+// the close under label, sends a close frame with code and reason (when the
+// code may be sent) and closes the socket; the reader then ends.
+func (e *ActivatorEndpoint) closeAs(c *activatorConn, code int, label, reason string) {
 	c.once.Do(func() {
+		// Done before the close frame goes out, so whoever sees the frame
+		// sees the activator gone, its slot free and the close counted.
 		e.mu.Lock()
 		name := c.name
+		c.closed = true
+		e.unregisterLocked(c)
+		delete(e.open, c)
+		e.releaseLocked(c.cred)
 		e.mu.Unlock()
-		// Counted before the close frame goes out, so whoever sees the
-		// frame sees the count too.
-		e.metrics.closed(code)
+		c.cancel()
+		e.metrics.closed(label)
 		// Codes 1005 and 1006 describe a connection that ended without a
 		// close frame; they are never sent.
 		if code != websocket.CloseAbnormalClosure && code != websocket.CloseNoStatusReceived {
@@ -490,7 +764,6 @@ func (e *ActivatorEndpoint) closeConn(c *activatorConn, code int, reason string)
 			c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(e.writeTO))
 		}
 		c.ws.Close()
-		close(c.done)
 		lvl := zap.InfoLevel
 		if code == websocket.CloseInvalidFramePayloadData || code == websocket.CloseMessageTooBig ||
 			code == websocket.ClosePolicyViolation || code == websocket.CloseUnsupportedData {

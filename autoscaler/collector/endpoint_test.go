@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,8 +213,11 @@ func TestEndpointAuth(t *testing.T) {
 type tokenTable map[string]string
 
 func (t tokenTable) Authenticate(_ context.Context, _ netip.Addr, token string) (string, error) {
-	if token == "busy" {
+	switch token {
+	case "busy":
 		return "", fmt.Errorf("token review: %w", ErrRetryLater)
+	case "from-a-stranger":
+		return "", fmt.Errorf("10.0.9.9: %w", ErrUnknownCaller)
 	}
 	if name, ok := t[token]; ok {
 		return name, nil
@@ -222,8 +228,9 @@ func (t tokenTable) Authenticate(_ context.Context, _ netip.Addr, token string) 
 // TestEndpointIdentity: with an Authenticator a token speaks only for its
 // own activator. A hello naming another is refused and nothing it sends
 // is applied, so one activator's credential cannot report, poke or replace
-// the connection of another; a token that cannot be checked now gets 503
-// and Retry-After, not 401, so the activator retries.
+// the connection of another; a token that cannot be checked now, or from
+// an address no activator is known at yet, gets 503 and Retry-After, not
+// 401, so the activator retries.
 func TestEndpointIdentity(t *testing.T) {
 	r := newEndpointRig(t, func(c *EndpointConfig) {
 		c.Tokens = nil
@@ -252,7 +259,7 @@ func TestEndpointIdentity(t *testing.T) {
 		t.Errorf("pending %v, want a's 5: the impostor's figures were applied or a's connection replaced", got)
 	}
 
-	for token, want := range map[string]int{"token-of-c": http.StatusUnauthorized, "busy": http.StatusServiceUnavailable} {
+	for token, want := range map[string]int{"token-of-c": http.StatusUnauthorized, "busy": http.StatusServiceUnavailable, "from-a-stranger": http.StatusServiceUnavailable} {
 		_, resp, err := r.dial(t, token)
 		if err == nil || resp == nil || resp.StatusCode != want {
 			t.Fatalf("token %q: %v %+v, want %d", token, err, resp, want)
@@ -261,8 +268,10 @@ func TestEndpointIdentity(t *testing.T) {
 			t.Errorf("token %q: no Retry-After", token)
 		}
 	}
-	if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_rejected_total", "auth-unavailable"); n != 1 {
-		t.Errorf("rejected{auth-unavailable} = %v, want 1", n)
+	for reason, want := range map[string]float64{"auth-unavailable": 1, "unknown-caller": 1, "unauthorized": 1} {
+		if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_rejected_total", reason); n != want {
+			t.Errorf("rejected{%s} = %v, want %v", reason, n, want)
+		}
 	}
 }
 
@@ -432,6 +441,255 @@ func TestEndpointMaxConnections(t *testing.T) {
 	_, resp, err := r.dial(t, testToken)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("second connection: %v %+v, want 503", err, resp)
+	}
+}
+
+// TestEndpointHelloDeadline: a connection that sends no hello is closed at
+// the hello deadline, counted from its upgrade, however many pongs and
+// pings it sends meanwhile, so a valid token cannot hold connections
+// without saying which activator they are for.
+func TestEndpointHelloDeadline(t *testing.T) {
+	clk := testclock.NewFakeClock(t0)
+	r := newEndpointRig(t, func(c *EndpointConfig) { c.Clock = clk; c.HelloTimeout = 10 * time.Second })
+	ws, _, err := r.dial(t, testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoes := make(chan string, 1)
+	ws.SetPongHandler(func(data string) error { echoes <- data; return nil })
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	for i := range 10 {
+		// A pong, then a ping: the ping's answer says the endpoint has read
+		// the pong, and that the connection is open i seconds in.
+		deadline := time.Now().Add(10 * time.Second)
+		if err := ws.WriteControl(websocket.PongMessage, nil, deadline); err != nil {
+			t.Fatal(err)
+		}
+		if err := ws.WriteControl(websocket.PingMessage, []byte(strconv.Itoa(i)), deadline); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-echoes:
+		case err := <-ended:
+			t.Fatalf("closed %ds after the upgrade, before the hello deadline: %v", i, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no answer to a ping %ds after the upgrade", i)
+		}
+		clk.Step(time.Second)
+	}
+	var end error
+	select {
+	case end = <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("still open at the hello deadline, pongs and all")
+	}
+	var ce *websocket.CloseError
+	if !errors.As(end, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no hello within 10s of the upgrade") {
+		t.Fatalf("closed with %v, want 1008 and no hello within 10s", end)
+	}
+	if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_disconnects_total", "no-hello"); n != 1 {
+		t.Errorf("disconnects{no-hello} = %v, want 1", n)
+	}
+}
+
+// TestEndpointMaxConnectionsPerActivator: one activator's credential holds
+// at most its cap of connections, hello or not; the next is refused with
+// 429 before the upgrade, another activator still connects, and a slot
+// comes back as soon as one of the activator's connections is closed.
+func TestEndpointMaxConnectionsPerActivator(t *testing.T) {
+	clk := testclock.NewFakeClock(t0)
+	r := newEndpointRig(t, func(c *EndpointConfig) {
+		c.Tokens = nil
+		c.Authenticator = tokenTable{"token-of-a": "activator-a", "token-of-b": "activator-b"}
+		c.MaxConnectionsPerActivator = 2
+		c.Clock = clk
+		c.IdleTimeout = time.Hour
+	})
+	var held []*websocket.Conn
+	for range 2 {
+		ws, _, err := r.dial(t, "token-of-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, ws)
+	}
+	_, resp, err := r.dial(t, "token-of-a")
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a's third connection: %v %+v, want 429", err, resp)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if want := `activator "activator-a" already holds 2 connections`; !strings.Contains(string(body), want) || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("429 %q (Retry-After %q), want a body containing %q and a Retry-After", body, resp.Header.Get("Retry-After"), want)
+	}
+	if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_rejected_total", "too-many-per-activator"); n != 1 {
+		t.Errorf("rejected{too-many-per-activator} = %v, want 1", n)
+	}
+
+	b, _, err := r.dial(t, "token-of-b")
+	if err != nil {
+		t.Fatalf("b, while a holds its cap: %v", err)
+	}
+	send(t, b, stats.AppendActivatorHello(nil, "activator-b"))
+	send(t, b, reportFrame(nil))
+	r.applied(t, "activator-b report 0")
+
+	// Once the endpoint has closed one of a's connections, a may open one.
+	clk.Step(DefaultHelloTimeout)
+	closed(t, held[0], websocket.ClosePolicyViolation, "no hello within")
+	a, _, err := r.dial(t, "token-of-a")
+	if err != nil {
+		t.Fatalf("a, after its connections were closed: %v", err)
+	}
+	send(t, a, stats.AppendActivatorHello(nil, "activator-a"))
+	send(t, a, reportFrame(nil))
+	r.applied(t, "activator-a report 0")
+}
+
+// TestEndpointMaxConnectionsPerSharedToken: a shared token is one
+// credential, capped on its own, and by default only by MaxConnections: a
+// whole fleet of activators may hold the same token.
+func TestEndpointMaxConnectionsPerSharedToken(t *testing.T) {
+	const next = "the-next-token-after-rotation"
+	r := newEndpointRig(t, func(c *EndpointConfig) {
+		c.Tokens = append(c.Tokens, next)
+		c.MaxConnectionsPerActivator = 1
+	})
+	r.connect(t, "act-a")
+	_, resp, err := r.dial(t, testToken)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the first token's second connection: %v %+v, want 429", err, resp)
+	}
+	if body, _ := io.ReadAll(resp.Body); !strings.Contains(string(body), "shared token 0 already holds 1 connections") {
+		t.Fatalf("429 %q, want it to name shared token 0", body)
+	}
+	if _, _, err := r.dial(t, next); err != nil {
+		t.Fatalf("the other token: %v", err)
+	}
+
+	fleet := newEndpointRig(t, nil)
+	for i := range DefaultMaxConnectionsPerActivator + 1 {
+		fleet.connect(t, fmt.Sprintf("act-%d", i))
+	}
+}
+
+// verdicts is an Authenticator whose answers a test changes as it goes:
+// each token's activator, or its error. Each call is told on calls, as
+// "token from".
+type verdicts struct {
+	mu    sync.Mutex
+	by    map[string]verdict
+	calls chan string
+}
+
+type verdict struct {
+	name string
+	err  error
+}
+
+func newVerdicts(by map[string]verdict) *verdicts {
+	return &verdicts{by: by, calls: make(chan string, 64)}
+}
+
+func (v *verdicts) set(token string, d verdict) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.by[token] = d
+}
+
+func (v *verdicts) Authenticate(_ context.Context, from netip.Addr, token string) (string, error) {
+	v.mu.Lock()
+	d, ok := v.by[token]
+	v.mu.Unlock()
+	select {
+	case v.calls <- token + " " + from.String():
+	default:
+	}
+	if !ok {
+		return "", errors.New("unknown token")
+	}
+	return d.name, d.err
+}
+
+// called waits for the authenticator to be asked about want.
+func (v *verdicts) called(t *testing.T, want string) {
+	t.Helper()
+	for {
+		select {
+		case got := <-v.calls:
+			if got == want {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the authenticator was not asked %q", want)
+		}
+	}
+}
+
+// TestEndpointRecheck: each open connection's token is checked again
+// every RecheckInterval, from the connection's address. One the
+// authenticator refuses now, or that now belongs to another activator, is
+// closed with 1008 at that recheck, and the activator is gone from the
+// endpoint; one it cannot check now (ErrRetryLater: the API server does
+// not answer) stays and goes on reporting.
+func TestEndpointRecheck(t *testing.T) {
+	clk := testclock.NewFakeClock(t0)
+	v := newVerdicts(map[string]verdict{
+		"token-of-a": {name: "activator-a"},
+		"token-of-b": {name: "activator-b"},
+		"token-of-c": {name: "activator-c"},
+	})
+	r := newEndpointRig(t, func(c *EndpointConfig) {
+		c.Tokens = nil
+		c.Authenticator = v
+		c.Clock = clk
+		c.RecheckInterval = time.Minute
+		c.IdleTimeout = time.Hour
+	})
+	conns := map[string]*websocket.Conn{}
+	for _, name := range []string{"a", "b", "c"} {
+		ws, _, err := r.dial(t, "token-of-"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.called(t, "token-of-"+name+" 127.0.0.1") // at the upgrade
+		send(t, ws, stats.AppendActivatorHello(nil, "activator-"+name))
+		send(t, ws, reportFrame(nil))
+		r.applied(t, "activator-"+name+" report 0")
+		conns[name] = ws
+	}
+
+	v.set("token-of-a", verdict{err: errors.New("the API server did not authenticate the token: pod deleted")})
+	v.set("token-of-b", verdict{err: fmt.Errorf("token review: connection refused: %w", ErrRetryLater)})
+	v.set("token-of-c", verdict{name: "activator-z"})
+	clk.Step(time.Minute)
+	closed(t, conns["a"], websocket.ClosePolicyViolation, "the token was refused when checked again")
+	closed(t, conns["c"], websocket.ClosePolicyViolation, "the token belongs to another activator now")
+	if got := r.ep.Connected(); len(got) != 1 || got[0] != "activator-b" {
+		t.Fatalf("Connected() = %v after the recheck, want activator-b only", got)
+	}
+	// b's token is asked about again at the next recheck only if the first
+	// left b open.
+	v.called(t, "token-of-b 127.0.0.1")
+	clk.Step(time.Minute)
+	v.called(t, "token-of-b 127.0.0.1")
+	send(t, conns["b"], reportFrame(map[string]stats.ActivatorFigures{"ns/svc": {InFlight: 1}}))
+	r.applied(t, "activator-b report 1")
+
+	for label, want := range map[string]float64{"revoked": 2, "protocol": 0} {
+		if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_disconnects_total", label); n != want {
+			t.Errorf("disconnects{%s} = %v, want %v", label, n, want)
+		}
+	}
+	if n := gatheredCounter(t, r.reg, "swell_autoscaler_activator_token_rechecks_total", "refused"); n != 2 {
+		t.Errorf("rechecks{refused} = %v, want 2", n)
 	}
 }
 

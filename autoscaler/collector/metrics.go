@@ -57,7 +57,8 @@ func newCollectorMetrics(reg prometheus.Registerer) (*collectorMetrics, error) {
 	return m, nil
 }
 
-// closeReasons label the endpoint's closed connections by close code.
+// closeReasons label the endpoint's closed connections by close code;
+// closeExtraReasons are labels some closes carry instead of their code's.
 var closeReasons = map[int]string{
 	websocket.CloseNormalClosure:           "peer-closed",
 	websocket.CloseGoingAway:               "shutdown",
@@ -70,21 +71,30 @@ var closeReasons = map[int]string{
 	CloseIdle:                              "idle",
 }
 
-var rejectReasonsEndpoint = []string{"unauthorized", "auth-unavailable", "shutting-down", "too-many", "handshake"}
+var closeExtraReasons = []string{
+	"no-hello", // 1008: no hello by the hello deadline
+	"revoked",  // 1008: the token was refused, or named another activator, when checked again
+}
+
+var rejectReasonsEndpoint = []string{"unauthorized", "unknown-caller", "auth-unavailable", "shutting-down", "too-many", "too-many-per-activator", "handshake"}
+
+var recheckResults = []string{"ok", "refused", "unavailable"}
 
 // endpointMetrics are the activator endpoint's operator metrics, every
 // series resolved up front.
 type endpointMetrics struct {
-	rejectedBy map[string]prometheus.Counter
-	framesBy   map[stats.ActivatorFrameType]prometheus.Counter
-	closedBy   map[int]prometheus.Counter
+	rejectedBy  map[string]prometheus.Counter
+	framesBy    map[stats.ActivatorFrameType]prometheus.Counter
+	closedBy    map[string]prometheus.Counter
+	recheckedBy map[string]prometheus.Counter
 }
 
 func newEndpointMetrics(reg prometheus.Registerer, connected func() float64) (*endpointMetrics, error) {
 	m := &endpointMetrics{
-		rejectedBy: make(map[string]prometheus.Counter),
-		framesBy:   make(map[stats.ActivatorFrameType]prometheus.Counter),
-		closedBy:   make(map[int]prometheus.Counter),
+		rejectedBy:  make(map[string]prometheus.Counter),
+		framesBy:    make(map[stats.ActivatorFrameType]prometheus.Counter),
+		closedBy:    make(map[string]prometheus.Counter),
+		recheckedBy: make(map[string]prometheus.Counter),
 	}
 	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "swell_autoscaler_activator_rejected_total",
@@ -104,15 +114,25 @@ func newEndpointMetrics(reg prometheus.Registerer, connected func() float64) (*e
 		Name: "swell_autoscaler_activator_disconnects_total",
 		Help: "Activator connections closed, by reason.",
 	}, []string{"reason"})
-	for code, r := range closeReasons {
-		m.closedBy[code] = closed.WithLabelValues(r)
+	for _, r := range closeReasons {
+		m.closedBy[r] = closed.WithLabelValues(r)
+	}
+	for _, r := range closeExtraReasons {
+		m.closedBy[r] = closed.WithLabelValues(r)
+	}
+	rechecks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "swell_autoscaler_activator_token_rechecks_total",
+		Help: "Open activator connections whose token was checked again, by result: ok, refused (the connection is closed), unavailable (it could not be checked now; the connection stays).",
+	}, []string{"result"})
+	for _, r := range recheckResults {
+		m.recheckedBy[r] = rechecks.WithLabelValues(r)
 	}
 	conns := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "swell_autoscaler_activators_connected",
 		Help: "Activators connected now.",
 	}, connected)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{rejected, frames, closed, conns} {
+		for _, c := range []prometheus.Collector{rejected, frames, closed, rechecks, conns} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("activator endpoint: register metrics: %w", err)
 			}
@@ -124,8 +144,10 @@ func newEndpointMetrics(reg prometheus.Registerer, connected func() float64) (*e
 func (m *endpointMetrics) rejected(reason string)            { m.rejectedBy[reason].Inc() }
 func (m *endpointMetrics) frames(t stats.ActivatorFrameType) { m.framesBy[t].Inc() }
 
-func (m *endpointMetrics) closed(code int) {
-	if c, ok := m.closedBy[code]; ok {
+func (m *endpointMetrics) rechecked(result string) { m.recheckedBy[result].Inc() }
+
+func (m *endpointMetrics) closed(reason string) {
+	if c, ok := m.closedBy[reason]; ok {
 		c.Inc()
 	}
 }

@@ -104,7 +104,7 @@ type Activators interface {
 // ErrNotAnActivator refuses a caller whose address is no activator pod's
 // (as far as the autoscaler knows yet: a pod that has just started may
 // not be known for a moment, so it wraps collector.ErrRetryLater).
-var ErrNotAnActivator = fmt.Errorf("the caller's address is no activator pod's: %w", collector.ErrRetryLater)
+var ErrNotAnActivator = collector.ErrUnknownCaller
 
 // A Reviewer is a collector.Authenticator backed by the TokenReview API.
 // It is safe for concurrent use.
@@ -132,10 +132,18 @@ type sourceLimit struct {
 	last time.Time
 }
 
+// accepted is a token accepted for pod: taken without a review until
+// until, and remembered as pod's until known, so that once no activator
+// is at the address it comes from, it is refused rather than told to
+// retry (its pod has gone, its process not).
 type accepted struct {
-	pod   string
-	until time.Time
+	pod          string
+	until, known time.Time
 }
+
+// rememberedFor is how long past its review an accepted token is known
+// as its pod's: past the longest a connection goes between two checks.
+const rememberedFor = 10 * time.Minute
 
 var _ collector.Authenticator = (*Reviewer)(nil)
 
@@ -196,18 +204,21 @@ func (r *Reviewer) Authenticate(ctx context.Context, from netip.Addr, token stri
 	if err := jwtShaped(token); err != nil {
 		return "", err
 	}
-	at := ""
-	if r.activators != nil {
-		var ok bool
-		if at, ok = r.activators.ActivatorAt(from.Unmap()); !ok {
-			return "", fmt.Errorf("%s: %w", from, ErrNotAnActivator)
-		}
-	}
 	sum := sha256.Sum256([]byte(token))
 	now := r.clock.Now()
 	r.mu.Lock()
 	a, ok := r.cache[sum]
 	r.mu.Unlock()
+	at := ""
+	if r.activators != nil {
+		var here bool
+		if at, here = r.activators.ActivatorAt(from.Unmap()); !here {
+			if ok && now.Before(a.known) {
+				return "", fmt.Errorf("activator %q's token comes from %s, where no activator is (any more)", a.pod, from)
+			}
+			return "", fmt.Errorf("%s: %w", from, ErrNotAnActivator)
+		}
+	}
 	if ok && now.Before(a.until) {
 		return a.pod, r.from(a.pod, at, from)
 	}
@@ -232,7 +243,7 @@ func (r *Reviewer) Authenticate(ctx context.Context, from netip.Addr, token stri
 		r.sweepLocked(now)
 	}
 	if len(r.cache) < r.max {
-		r.cache[sum] = accepted{pod: pod, until: now.Add(r.ttl)}
+		r.cache[sum] = accepted{pod: pod, until: now.Add(r.ttl), known: now.Add(max(r.ttl, rememberedFor))}
 	}
 	r.mu.Unlock()
 	return pod, r.from(pod, at, from)
@@ -314,16 +325,23 @@ func (r *Reviewer) judge(st authenticationv1.TokenReviewStatus) (string, error) 
 	return pods[0], nil
 }
 
-// sweepLocked drops expired entries; if none expired, all of them: the
-// next connections ask again, within the review rate.
+// sweepLocked drops the entries no longer known; if none, those no longer
+// accepted; if none, all of them: the next connections ask again, within
+// the review rate.
 func (r *Reviewer) sweepLocked(now time.Time) {
 	n := len(r.cache)
-	for k, a := range r.cache {
-		if !now.Before(a.until) {
-			delete(r.cache, k)
+	for _, by := range []func(accepted) time.Time{
+		func(a accepted) time.Time { return a.known },
+		func(a accepted) time.Time { return a.until },
+	} {
+		for k, a := range r.cache {
+			if !now.Before(by(a)) {
+				delete(r.cache, k)
+			}
+		}
+		if len(r.cache) < n {
+			return
 		}
 	}
-	if len(r.cache) == n {
-		clear(r.cache)
-	}
+	clear(r.cache)
 }

@@ -281,8 +281,8 @@ func TestReviewsOnlyForActivatorPods(t *testing.T) {
 	if pod, err := r.Authenticate(ctx, addrA, jwt("a")); err != nil || pod != "activator-a" {
 		t.Fatalf("activator a after the floods: %q %v; want accepted", pod, err)
 	}
-	if _, err := r.Authenticate(ctx, stranger, jwt("a")); !errors.Is(err, ErrNotAnActivator) {
-		t.Errorf("a's token from a stranger: %v; want ErrNotAnActivator", err)
+	if _, err := r.Authenticate(ctx, stranger, jwt("a")); err == nil || errors.Is(err, collector.ErrRetryLater) {
+		t.Errorf("a's token from a stranger: %v; want refused", err)
 	}
 	reviews := s.reviews
 	_, err := r.Authenticate(ctx, addrB, jwt("a"))
@@ -330,5 +330,30 @@ func TestPodsByAddress(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("ActivatorAt(%s) = %q %v; want %q", ip, got, ok, want)
 		}
+	}
+}
+
+// A token accepted from its pod's address is refused, not deferred, once
+// no activator is at that address any more: its pod has gone, though a
+// process may still hold a connection with it. A token never seen from an
+// unknown address is deferred: its pod may be too new to be known yet.
+func TestTokenOfAPodThatHasGone(t *testing.T) {
+	s := newAPIServer(map[string]authenticationv1.TokenReviewStatus{"a": bound(activators, "activator-a")})
+	addrA := netip.MustParseAddr("10.0.0.5")
+	at := activatorsAt{addrA: "activator-a"}
+	clk := clocktesting.NewFakeClock(time.Now())
+	r := newReviewer(t, s, clk, func(c *Config) { c.Activators = at })
+	ctx := context.Background()
+	if _, err := r.Authenticate(ctx, addrA, jwt("a")); err != nil {
+		t.Fatal(err)
+	}
+	delete(at, addrA)
+	clk.Step(2 * time.Minute) // past the cache's TTL: a connection's next check
+	_, err := r.Authenticate(ctx, addrA, jwt("a"))
+	if err == nil || errors.Is(err, collector.ErrRetryLater) || !strings.Contains(err.Error(), "comes from 10.0.0.5, where no activator is") {
+		t.Errorf("the token of a pod that has gone: %v; want refused", err)
+	}
+	if _, err := r.Authenticate(ctx, addrA, jwt("new")); !errors.Is(err, ErrNotAnActivator) {
+		t.Errorf("a token never seen, from an address no activator holds: %v; want ErrNotAnActivator", err)
 	}
 }

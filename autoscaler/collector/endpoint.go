@@ -349,19 +349,13 @@ func (e *ActivatorEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Refusals are logged a few times a second at most: anyone who
 	// reaches the port can cause them, as often as they like.
 	switch {
-	case errors.Is(err, ErrUnknownCaller):
-		e.metrics.rejected("unknown-caller")
-		e.refusals.Do(func() {
-			e.log.Info("a caller that is no activator, refused without a review", zap.String("remote", r.RemoteAddr), zap.Error(err))
-		})
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "activator endpoint: "+err.Error(), http.StatusServiceUnavailable)
-		return
 	case errors.Is(err, ErrRetryLater):
-		e.metrics.rejected("auth-unavailable")
-		e.refusals.Do(func() {
-			e.log.Warn("cannot check an activator's token", zap.String("remote", r.RemoteAddr), zap.Error(err))
-		})
+		reason, level, msg := "auth-unavailable", zap.WarnLevel, "cannot check an activator's token"
+		if errors.Is(err, ErrUnknownCaller) {
+			reason, level, msg = "unknown-caller", zap.InfoLevel, "a caller that is no activator, refused without a review"
+		}
+		e.metrics.rejected(reason)
+		e.refusals.Do(func() { e.log.Log(level, msg, zap.String("remote", r.RemoteAddr), zap.Error(err)) })
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "activator endpoint: "+err.Error(), http.StatusServiceUnavailable)
 		return

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/swell-run/swell/hack/cluster/netns"
 	"github.com/swell-run/swell/hack/cluster/nodeimages"
@@ -232,8 +230,10 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 	load.Wait()
 
 	// 5. Speaking for an activator: the autoscaler takes reports only over
-	// TLS, and only with a token of the activators' account; a token of
-	// the attacker's own account is refused before the upgrade.
+	// TLS, and only with a token of the activators' account, from the pod
+	// it is bound to. Without a token the attacker is refused (401); with
+	// one, its own account's or a forged one, it is refused before any
+	// review, as a caller that is no activator pod (503, Retry-After).
 	leader, err := autoscalerAddr(t.Context(), e)
 	if err != nil {
 		t.Fatal(err)
@@ -248,13 +248,14 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 	for _, tc := range []struct {
 		what   string
 		header http.Header
+		want   int
 	}{
-		{"no token", nil},
-		{"the attacker's own service-account token", http.Header{"Authorization": {"Bearer " + tr.Status.Token}}},
-		{"a forged token", http.Header{"Authorization": {"Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"}}},
+		{"no token", nil, http.StatusUnauthorized},
+		{"the attacker's own service-account token", http.Header{"Authorization": {"Bearer " + tr.Status.Token}}, http.StatusServiceUnavailable},
+		{"a forged token", http.Header{"Authorization": {"Bearer eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"}}, http.StatusServiceUnavailable},
 	} {
 		code, _, err := try(tlsAttacker, http.MethodGet, "https://"+leader+"/activator", "", tc.header)
-		refused("a report to the autoscaler with "+tc.what, http.StatusUnauthorized, code, "", err, "")
+		refused("a report to the autoscaler with "+tc.what, tc.want, code, "", err, "")
 	}
 	// In clear text the TLS server answers only its own 400 ("an HTTP
 	// request to an HTTPS server"), never the endpoint's 401.
@@ -262,7 +263,18 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 		t.Errorf("the autoscaler answered %d in clear text; want TLS only", code)
 	}
 
-	// 6. The victim kept serving its own namespace, and was never
+	// 6. Reading every tenant's services, pod counts and rates from the
+	// autoscaler's status: the activators' port does not serve it, and
+	// the port that does listens on the pod's loopback only.
+	if code, _, err := try(tlsAttacker, http.MethodGet, "https://"+leader+"/status", "", nil); err != nil || code == http.StatusOK {
+		t.Errorf("the autoscaler's status on the activators' port: %d %v; want a refusal", code, err)
+	}
+	leaderIP, _, _ := net.SplitHostPort(leader)
+	if code, _, err := try(attacker, http.MethodGet, "http://"+net.JoinHostPort(leaderIP, "8023")+"/status", "", nil); err == nil {
+		t.Errorf("the autoscaler's status port answered a pod of another namespace: %d", code)
+	}
+
+	// 7. The victim kept serving its own namespace, and was never
 	// restarted or drained.
 	stopFriend()
 	wg.Wait()
@@ -314,30 +326,6 @@ func autoscalerAddr(ctx context.Context, e *env) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the autoscaler Service has no endpoint")
-}
-
-// autoscalerGet GETs path from the autoscaler at addr over TLS, trusting
-// only the CAs of the ConfigMap it publishes for the activators, for the
-// name the activators dial.
-func (e *env) autoscalerGet(ctx context.Context, addr, path string) (int, string, error) {
-	return autoscalerGet(ctx, e.cs, addr, path)
-}
-
-func autoscalerGet(ctx context.Context, cs kubernetes.Interface, addr, path string) (int, string, error) {
-	cm, err := cs.CoreV1().ConfigMaps(swellNamespace).Get(ctx, "swell-ca", metav1.GetOptions{})
-	if err != nil {
-		return 0, "", err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(cm.Data["ca.crt"])) {
-		return 0, "", fmt.Errorf("ConfigMap swell-ca holds no certificate")
-	}
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		Proxy:           nil,
-		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "autoscaler." + swellNamespace + ".svc"},
-	}}
-	defer c.CloseIdleConnections()
-	return getWith(ctx, c, "https://"+addr+path)
 }
 
 // mustPod reads a pod of e's namespace.

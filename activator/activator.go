@@ -3,7 +3,7 @@
 //
 // The request path is a chain of small handlers, assembled in chain.go:
 // routing (Host → a service) → the caller's authorization (on Kubernetes:
-// its pod's namespace) → accounting (the autoscaler's figures and
+// as the service's NetworkPolicies would judge its pod) → accounting (the autoscaler's figures and
 // Prometheus') → cold start (poke the autoscaler) → retry on another pod →
 // the service's throttler (a breaker whose capacity follows the probed,
 // routable pods; FIFO, bounded queue and wait, bounded held requests and
@@ -98,17 +98,18 @@ type Config struct {
 	// path and must not block (a non-blocking channel send); the caller
 	// coalesces repeated pokes.
 	Poke func(key string)
-	// Callers, if set, tells the namespace of a caller by its address, and
-	// the activator then serves a request only for a caller its service
-	// admits: a pod of the service's own namespace, or one its
+	// Callers, if set, tells who a caller is by its address, and whether
+	// a service's NetworkPolicies admit it; the activator then serves a
+	// request only for a caller its service admits: one its
+	// NetworkPolicies would let reach its pods directly, or one its
 	// Service.Callers admits (callers.go). Nil admits everyone: without
 	// Kubernetes (SERVICES_FILE, swell local) there are no namespaces.
 	Callers CallerDirectory
 	// CallersHint ends the body of a refused caller's 403: how to admit
 	// more callers.
 	CallersHint string
-	// CallerWait bounds how long a request from an address that is no
-	// known pod's waits for the Callers directory to learn of one (a pod
+	// CallerWait bounds how long a refused request from an address that
+	// is no known pod's waits for the Callers directory to learn of one (a pod
 	// that just started) before it is refused. DefaultCallerWait if 0.
 	CallerWait time.Duration
 	// GoneGrace is how long a service that left the Source while it held

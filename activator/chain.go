@@ -20,7 +20,9 @@ func (a *Activator) buildHandler() http.Handler {
 		func(next http.Handler) http.Handler {
 			return &router{next: next, table: &a.table, callers: a.callerLookup()}
 		},
-		// On Kubernetes, only callers the service admits go on: before
+		// On Kubernetes, only callers the service admits go on (those its
+		// NetworkPolicies would let reach its pods directly, and those
+		// its Callers list): before
 		// accounting, so that a refused caller neither counts as load
 		// nor wakes the service.
 		a.authorizeStage(),
@@ -42,8 +44,6 @@ func (a *Activator) buildHandler() http.Handler {
 	)
 }
 
-// authorizeStage is the caller's authorization, or nil (no stage) when
-// the activator knows no caller's namespace.
 // callerLookup finds callers' namespaces; the zero value (no
 // Config.Callers) finds none.
 func (a *Activator) callerLookup() callerLookup {
@@ -53,11 +53,13 @@ func (a *Activator) callerLookup() callerLookup {
 	return callerLookup{dir: a.cfg.Callers, clk: a.clk, wait: a.cfg.CallerWait}
 }
 
+// authorizeStage is the caller's authorization, or nil (no stage) when
+// the activator cannot tell who calls.
 func (a *Activator) authorizeStage() func(http.Handler) http.Handler {
 	if a.cfg.Callers == nil {
 		return nil
 	}
 	return func(next http.Handler) http.Handler {
-		return &authorize{next: next, callerLookup: a.callerLookup(), hint: a.cfg.CallersHint}
+		return &authorize{next: next, callerLookup: a.callerLookup(), log: a.log, hint: a.cfg.CallersHint}
 	}
 }

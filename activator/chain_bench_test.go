@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -205,4 +206,44 @@ func benchMemBare(b *testing.B, parallel bool) {
 	}
 	runMem(b, rp, "hello.default", parallel)
 	rt.verify(b)
+}
+
+// BenchmarkMemChainCallers is BenchmarkMemChain for containerConcurrency 0
+// on Kubernetes, where every request's caller is judged: an admitted
+// caller, whose verdict the service has already cached.
+func BenchmarkMemChainCallers(b *testing.B) {
+	for _, mode := range []string{"serial", "parallel"} {
+		b.Run(mode, func(b *testing.B) {
+			pod := newFakePod(b, "p1", true)
+			rt := &memTransport{wantHost: pod.addr(), wantProxy: true}
+			src := NewMemorySource(Service{Key: helloKey, Pods: []Pod{pod.pod()}})
+			dir := newFakeDirectory("10.0.0.1", helloKey.Namespace)
+			e := newEnv(b, src,
+				func(c *Config) { c.Clock, c.Callers = clock.RealClock{}, dir },
+				func(a *Activator) { a.proxy.Transport = rt })
+			e.waitRoutable(b, helloKey, 1)
+			runMem(b, e.a, "hello.default", mode == "parallel")
+			rt.verify(b)
+		})
+	}
+}
+
+// BenchmarkAuthorize is the callers stage alone, for a caller it admits, as
+// on every request in Kubernetes mode: after the first, from its cached
+// verdict.
+func BenchmarkAuthorize(b *testing.B) {
+	s := newStageEnv(b, 1, 1, nil)
+	dir := newFakeDirectory("192.0.2.1", helloKey.Namespace)
+	passed := 0
+	h := &authorize{callerLookup: callerLookup{dir: dir, clk: s.clk, wait: DefaultCallerWait},
+		next: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed++ })}
+	_, e, r := s.exchange(b, context.Background())
+	r.RemoteAddr = "192.0.2.1:1234"
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(e, r)
+	}
+	if passed != b.N {
+		b.Fatalf("%d of %d requests went on", passed, b.N)
+	}
 }

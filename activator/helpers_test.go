@@ -379,7 +379,7 @@ type stageEnv struct {
 
 // newStageEnv returns helloKey's service with containerConcurrency cc and
 // n routable pods, p0, p1, … in name order. mod may adjust the Config.
-func newStageEnv(t *testing.T, cc, n int, mod func(*Config)) *stageEnv {
+func newStageEnv(t testing.TB, cc, n int, mod func(*Config)) *stageEnv {
 	t.Helper()
 	s := &stageEnv{clk: newNotifyClock(), reg: prometheus.NewRegistry()}
 	cfg := Config{Source: NewMemorySource(), Registerer: s.reg, Clock: s.clk}
@@ -410,7 +410,7 @@ func newStageEnv(t *testing.T, cc, n int, mod func(*Config)) *stageEnv {
 
 // exchange returns a recorder and the exchange of a GET for the service,
 // with the request to pass to a stage.
-func (s *stageEnv) exchange(t *testing.T, ctx context.Context) (*httptest.ResponseRecorder, *exchange, *http.Request) {
+func (s *stageEnv) exchange(t testing.TB, ctx context.Context) (*httptest.ResponseRecorder, *exchange, *http.Request) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "http://hello.default/", nil)

@@ -45,14 +45,14 @@ type Service struct {
 	// Pods are the service's pods, ready or not: the activator probes each
 	// before sending it traffic.
 	Pods []Pod
-	// Callers admits callers besides the pods of the service's own
-	// namespace, when the activator knows callers' namespaces
+	// Callers admits callers besides those the NetworkPolicies of the
+	// service's pods admit, when the activator can tell who calls
 	// (Config.Callers); the zero value admits none.
 	Callers Callers
 }
 
 // Callers is who may call a service through the activator besides the
-// pods of its own namespace (callers.go).
+// callers its NetworkPolicies admit (callers.go).
 type Callers struct {
 	// Any admits every caller, also one that is no pod: a node, a
 	// hostNetwork pod, a client outside the cluster.

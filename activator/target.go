@@ -29,9 +29,11 @@ type target struct {
 	m       serviceMetrics
 
 	cc atomic.Int64
-	// callers is who may call the service besides its own namespace
-	// (callers.go); replaced, never modified.
+	// callers is who may call the service besides those its
+	// NetworkPolicies admit (callers.go); replaced, never modified.
 	callers atomic.Pointer[Callers]
+	// verdicts are its NetworkPolicies' verdicts on its callers, cached.
+	verdicts verdicts
 	// waits counts the requests waiting in br by caller (hold.go).
 	waits callerWaits
 	// routable is the pods that passed a probe, sorted by name; replaced,

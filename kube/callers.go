@@ -16,7 +16,9 @@ import (
 // the Deployment's Services through the activator besides the
 // Deployment's own: a comma-separated list of namespace names, or "*" for
 // any caller, also one that is no pod (a node, a hostNetwork pod, a load
-// balancer's SNAT). Without it, only the Deployment's own namespace may.
+// balancer's SNAT). It adds to what the activator admits anyway: exactly
+// the callers the NetworkPolicies selecting the Deployment's pods would
+// admit reaching them directly (every caller, if none selects them).
 const AnnotationAllowedCallers = Prefix + "allowed-callers"
 
 // CallersHint ends the activator's refusal of a caller: what would admit
@@ -25,8 +27,8 @@ const CallersHint = "The annotation " + AnnotationAllowedCallers + " on the serv
 
 const allowedCallersAccepted = "a comma-separated list of namespaces, such as ingress-nginx,monitoring, or * for any caller"
 
-// AllowedCallers is what AnnotationAllowedCallers admits besides the
-// Deployment's own namespace.
+// AllowedCallers is what AnnotationAllowedCallers admits besides what the
+// pods' NetworkPolicies admit.
 type AllowedCallers struct {
 	// Any admits every caller, also one that is no pod.
 	Any bool

@@ -61,8 +61,9 @@ func newKubeMode(cfg config, log *zap.Logger) (*kubeMode, error) {
 }
 
 // configure sets what the activator needs from the cluster besides its
-// source: the namespace of each caller, by its address, so that a service
-// takes requests only from the callers it admits.
+// source: who each caller is, by its address, and what the services'
+// NetworkPolicies say of it, so that a service takes requests only from
+// the callers it admits.
 func (k *kubeMode) configure(c *activator.Config) {
 	c.Callers, c.CallersHint = k.src.Callers(), kube.CallersHint
 }

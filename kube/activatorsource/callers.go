@@ -1,20 +1,23 @@
 package activatorsource
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 )
 
-// podDirectory is the activator's activator.CallerDirectory on
-// Kubernetes: the namespace of every pod of the cluster, by its
-// addresses, kept from a pod informer.
+// podDirectory is the namespace and labels of every pod of the cluster,
+// by its addresses, kept from a pod informer: who a caller is
+// (callerJudge).
 //
 // An address counts only while the pods that hold it are all of one
 // namespace: while Kubernetes hands a freed address to a new pod, both may
@@ -31,23 +34,29 @@ type podDirectory struct {
 	// owners lists every address's pods.
 	owners map[netip.Addr][]owner
 
-	updated atomic.Pointer[chan struct{}]
+	// changed, if set, is called after each change of an address's pods
+	// or of their labels (outside mu): what callers are judged by.
+	changed func()
 	// moved, if set, is told the addresses whose pods changed, after
 	// the change (outside mu).
 	moved func([]netip.Addr)
 }
 
 // owner is a pod holding an address.
-type owner struct{ namespace, name string }
-
-func newPodDirectory() *podDirectory {
-	d := &podDirectory{owners: map[netip.Addr][]owner{}}
-	ch := make(chan struct{})
-	d.updated.Store(&ch)
-	return d
+type owner struct {
+	namespace, name string
+	labels          podLabels
 }
 
-// Namespace implements activator.CallerDirectory.
+// is reports whether o is the pod namespace/name.
+func (o owner) is(namespace, name string) bool { return o.namespace == namespace && o.name == name }
+
+func newPodDirectory() *podDirectory {
+	return &podDirectory{owners: map[netip.Addr][]owner{}}
+}
+
+// Namespace is the namespace of the pods holding ip, if they are all of
+// one (activator.CallerDirectory).
 func (d *podDirectory) Namespace(ip netip.Addr) (string, bool) {
 	v, ok := d.byIP.Load(ip)
 	if !ok {
@@ -74,8 +83,12 @@ func (d *podDirectory) holds(ip netip.Addr, ns, name string) bool {
 	return len(owners) > 0 && named
 }
 
-// Updated implements activator.CallerDirectory.
-func (d *podDirectory) Updated() <-chan struct{} { return *d.updated.Load() }
+// at lists the pods holding ip.
+func (d *podDirectory) at(ip netip.Addr) []owner {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.owners[ip.Unmap()])
+}
 
 // handler is the pod informer's event handler.
 func (d *podDirectory) handler() cache.ResourceEventHandler {
@@ -87,65 +100,70 @@ func (d *podDirectory) handler() cache.ResourceEventHandler {
 }
 
 // set moves the pod which from the addresses of old to those of now
-// (either may be nil).
+// (either may be nil), with now's labels.
 func (d *podDirectory) set(which, old, now any) {
 	p, ok := unwrap(which).(*podRef)
 	if !ok {
 		return
 	}
-	me := owner{p.Namespace, p.Name}
+	var labels podLabels
+	if n, ok := unwrap(now).(*podRef); ok {
+		labels = n.PodLabels
+	}
+	me := owner{p.Namespace, p.Name, labels}
+	mine := func(o owner) bool { return o.is(me.namespace, me.name) }
 	was, is := addrsOf(old), addrsOf(now)
-	changed := false
+	relabelled := false
 	var moved []netip.Addr
 	d.mu.Lock()
 	for _, ip := range was {
 		if slices.Contains(is, ip) {
 			continue
 		}
-		owners := slices.DeleteFunc(d.owners[ip], func(o owner) bool { return o == me })
+		owners := slices.DeleteFunc(d.owners[ip], mine)
 		if len(owners) == 0 {
 			delete(d.owners, ip)
 		} else {
 			d.owners[ip] = owners
 		}
-		changed = d.resolveLocked(ip) || changed
+		d.resolveLocked(ip)
 		moved = append(moved, ip)
 	}
 	for _, ip := range is {
-		if owners := d.owners[ip]; !slices.Contains(owners, me) {
+		owners := d.owners[ip]
+		switch i := slices.IndexFunc(owners, mine); {
+		case i < 0:
 			d.owners[ip] = append(owners, me)
-			changed = d.resolveLocked(ip) || changed
+			d.resolveLocked(ip)
 			moved = append(moved, ip)
+		case owners[i].labels != labels:
+			owners[i].labels = labels
+			relabelled = true
 		}
 	}
 	d.mu.Unlock()
 	if len(moved) > 0 && d.moved != nil {
 		d.moved(moved)
 	}
-	if changed {
-		ch := make(chan struct{})
-		close(*d.updated.Swap(&ch))
+	if (len(moved) > 0 || relabelled) && d.changed != nil {
+		d.changed()
 	}
 }
 
-// resolveLocked sets what Namespace answers for ip from its owners, and
-// reports whether that changed.
-func (d *podDirectory) resolveLocked(ip netip.Addr) bool {
+// resolveLocked sets what Namespace answers for ip from its owners.
+func (d *podDirectory) resolveLocked(ip netip.Addr) {
 	owners := d.owners[ip]
 	one := len(owners) > 0
 	for _, o := range owners {
 		one = one && o.namespace == owners[0].namespace
 	}
-	prev, had := d.byIP.Load(ip)
 	if !one {
 		d.byIP.Delete(ip)
-		return had
+		return
 	}
-	if had && prev.(string) == owners[0].namespace {
-		return false
+	if prev, had := d.byIP.Load(ip); !had || prev.(string) != owners[0].namespace {
+		d.byIP.Store(ip, owners[0].namespace)
 	}
-	d.byIP.Store(ip, owners[0].namespace)
-	return true
 }
 
 // addrsOf lists the addresses of the pod obj (nil for anything else).
@@ -157,15 +175,21 @@ func addrsOf(obj any) []netip.Addr {
 }
 
 // podRef is what the pod informer keeps of a pod (podTransform): its name,
-// namespace and addresses. About 290 bytes, where a Pod is 1,240 before
-// any of its contents.
+// namespace, labels and addresses. About 290 bytes and its share of its
+// labels, where a Pod is 1,240 before any of its contents.
 type podRef struct {
-	metav1.TypeMeta
 	metav1.ObjectMeta
+	// PodLabels are the pod's labels, which NetworkPolicies select callers
+	// by (ObjectMeta.Labels stays empty: a map costs more).
+	PodLabels podLabels
 	// IPs are the pod's addresses, none for a pod on its node's network
 	// or one that has ended.
 	IPs []netip.Addr
 }
+
+// GetObjectKind implements runtime.Object. A podRef keeps no kind: the
+// informer knows what it holds, and the bytes are the pod's to spend.
+func (p *podRef) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object.
 func (p *podRef) DeepCopyObject() runtime.Object {
@@ -175,18 +199,57 @@ func (p *podRef) DeepCopyObject() runtime.Object {
 	return &c
 }
 
+// podLabels are a pod's labels, interned as one string: the pods of one
+// ReplicaSet have the same labels, so that they share it, and a pod's
+// labels cost it one pointer (BenchmarkPodDirectoryMemory). The zero value
+// is no label.
+type podLabels struct{ h unique.Handle[string] }
+
+// newPodLabels interns m: each key and value followed by a NUL, keys
+// sorted. Neither can hold one (the API server validates labels).
+func newPodLabels(m map[string]string) podLabels {
+	if len(m) == 0 {
+		return podLabels{}
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(m[k])
+		b.WriteByte(0)
+	}
+	return podLabels{unique.Make(b.String())}
+}
+
+// Map returns the labels as a map, as label selectors read them.
+func (l podLabels) Map() map[string]string {
+	var zero unique.Handle[string]
+	if l.h == zero {
+		return nil
+	}
+	m := map[string]string{}
+	rest := l.h.Value()
+	for rest != "" {
+		k, after, _ := strings.Cut(rest, "\x00")
+		v, after, _ := strings.Cut(after, "\x00")
+		m[k], rest = v, after
+	}
+	return m
+}
+
 // podTransform keeps of a pod what the directory needs — its name,
-// namespace and addresses — so that the informer's cache of every pod of
-// the cluster stays small. A pod on its node's network keeps no address
-// (it is the node's), and neither does one whose containers have all
-// ended (Succeeded or Failed: its address may already be another pod's).
-// Anything else, a podRef included, passes unchanged.
+// namespace, labels and addresses — so that the informer's cache of every
+// pod of the cluster stays small. A pod on its node's network keeps no
+// address (it is the node's), and neither does one whose containers have
+// all ended (Succeeded or Failed: its address may already be another
+// pod's). Anything else, a podRef included, passes unchanged.
 func podTransform(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil
 	}
-	out := &podRef{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion}}
+	out := &podRef{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion},
+		PodLabels: newPodLabels(p.Labels)}
 	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return out, nil
 	}

@@ -99,7 +99,7 @@ func TestCallerNamespaces(t *testing.T) {
 }
 
 // TestPodTransformKeepsLittle: the informer caches of a pod its name,
-// namespace and addresses only.
+// namespace, labels and addresses only.
 func TestPodTransformKeepsLittle(t *testing.T) {
 	p := pod("ns", "name", "10.0.0.1")
 	p.Labels = map[string]string{"app": "x"}
@@ -111,9 +111,12 @@ func TestPodTransformKeepsLittle(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &podRef{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "name", ResourceVersion: "42"},
-		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+		PodLabels: newPodLabels(map[string]string{"app": "x"}), IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if m := got.(*podRef).PodLabels.Map(); !reflect.DeepEqual(m, p.Labels) {
+		t.Errorf("labels kept: %v, want %v", m, p.Labels)
 	}
 	if again, _ := podTransform(got); again != got {
 		t.Errorf("a podRef transformed again: %+v, want it unchanged", again)
@@ -140,7 +143,9 @@ func TestNamespaceAllocatesNothing(t *testing.T) {
 
 // BenchmarkPodDirectoryMemory measures what each pod of the cluster costs
 // the activator: its transformed copy in the informer's cache (indexed by
-// namespace, as the informer's is) and its entries in the directory.
+// namespace, as the informer's is) and its entries in the directory. Each
+// pod has two labels, as a Deployment's pods do: the Deployment's, shared
+// by about 7 replicas, and its ReplicaSet's hash.
 //
 //	go test -run '^$' -bench PodDirectoryMemory ./kube/activatorsource
 func BenchmarkPodDirectoryMemory(b *testing.B) {
@@ -156,6 +161,12 @@ func BenchmarkPodDirectoryMemory(b *testing.B) {
 			full := pod(fmt.Sprintf("namespace-%d", i%200), fmt.Sprintf("deployment-%d-7d9f8b6c5d-x%04d", i%3000, i),
 				fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255))
 			full.ResourceVersion = fmt.Sprint(1_000_000 + i)
+			// A Deployment's pods' labels: its own, shared by its
+			// replicas, and its ReplicaSet's hash.
+			full.Labels = map[string]string{
+				"app":               fmt.Sprintf("deployment-%d", i%3000),
+				"pod-template-hash": fmt.Sprintf("7d9f8b%04d", i%3000),
+			}
 			p, _ := podTransform(full)
 			store.Add(p)
 			d.set(p, nil, p)

@@ -14,9 +14,12 @@
 // kube.AutoscalerService in Swell's system namespace, so that the activator
 // reaches the autoscaler holding the lead without cluster DNS or kube-proxy
 // (AutoscalerAddr), and the ConfigMap kube.CAConfigMap there, so that it
-// trusts the autoscaler's certificate (AutoscalerRoots); and every pod of the cluster, so that the activator
-// knows the namespace of a caller by its address (Callers) and serves only
-// callers a service admits: its own namespace's pods, and those of the
+// trusts the autoscaler's certificate (AutoscalerRoots). And it follows
+// who may call a service (Callers): every pod of the cluster (its
+// namespace, labels and addresses), every namespace's labels, every
+// NetworkPolicy and the opted-in Deployments' pod templates, so that the
+// activator serves only callers the service's NetworkPolicies would admit
+// reaching its pods directly (pkg/netpol judges), and those of the
 // namespaces its kube.AnnotationAllowedCallers lists.
 package activatorsource
 
@@ -94,7 +97,10 @@ type Source struct {
 	// roots are the CAs of kube.CAConfigMap; nil while it is absent.
 	roots   atomic.Pointer[x509.CertPool]
 	callers *podDirectory
-	synced  []cache.InformerSynced
+	// judge tells the activator who calls and whether a service's
+	// NetworkPolicies admit them.
+	judge  *callerJudge
+	synced []cache.InformerSynced
 
 	changed chan struct{}
 
@@ -112,14 +118,15 @@ type Source struct {
 
 // New returns a Source; its informers start with Run.
 //
-// Four informers, each listing only what it needs: Services labelled
+// Informers, each listing only what it needs: Services labelled
 // kube.LabelDeployment; EndpointSlices labelled kube.LabelDeployment but not
 // kube.LabelRoute, which are the pods-Services' own slices, since
 // Kubernetes' EndpointSlice controller copies a Service's labels onto its
 // slices (Swell's route slices carry kube.LabelRoute); in the system
-// namespace, the slices of kube.AutoscalerService; and the pods that have
-// not ended, of which the cache keeps only names and addresses
-// (podTransform).
+// namespace, the slices of kube.AutoscalerService and kube.ActivatorService
+// and the CA's ConfigMap; the pods that have not ended, of which the cache
+// keeps only names, labels and addresses (podTransform); and what callers
+// are judged by besides (watchPolicies).
 func New(cfg Config) (*Source, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("activatorsource: Config.Client is nil")
@@ -134,6 +141,7 @@ func New(cfg Config) (*Source, error) {
 		problems:        map[service.Key]string{},
 		callers:         newPodDirectory(),
 	}
+	s.judge = newCallerJudge(s.callers)
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -230,8 +238,46 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
-	s.synced = []cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced, actReg.HasSynced}
+	judged, err := s.watchPolicies(cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	s.synced = append([]cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced, actReg.HasSynced}, judged...)
 	return s, nil
+}
+
+// watchPolicies starts following what a caller's verdict depends on,
+// besides the pods: every NetworkPolicy, the namespaces (their names and
+// labels only) and the opted-in Deployments (their pod templates' labels
+// and app ports only). Until all three are listed no verdict can be
+// trusted, since a policy not listed yet admits everyone: they are among
+// the caches waited for.
+func (s *Source) watchPolicies(client kubernetes.Interface) ([]cache.InformerSynced, error) {
+	npFactory := informers.NewSharedInformerFactory(client, 0)
+	s.factories = append(s.factories, npFactory)
+	npInf := npFactory.Networking().V1().NetworkPolicies().Informer()
+	s.judge.policyStore = npInf.GetIndexer()
+	npReg, err := npInf.AddEventHandler(onEvents(s.judge.policiesChanged))
+	if err != nil {
+		return nil, err
+	}
+
+	nsFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(namespaceTransform))
+	s.factories = append(s.factories, nsFactory)
+	nsReg, err := nsFactory.Core().V1().Namespaces().Informer().AddEventHandler(onEvents(s.judge.namespaceChanged))
+	if err != nil {
+		return nil, err
+	}
+
+	depFactory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kube.LabelEnabled + "=true" }),
+		informers.WithTransform(workloadTransform))
+	s.factories = append(s.factories, depFactory)
+	depReg, err := depFactory.Apps().V1().Deployments().Informer().AddEventHandler(onEvents(s.judge.workloadChanged))
+	if err != nil {
+		return nil, err
+	}
+	return []cache.InformerSynced{npReg.HasSynced, nsReg.HasSynced, depReg.HasSynced}, nil
 }
 
 // Run starts the informers and returns, always nil, once ctx has ended and
@@ -276,9 +322,10 @@ func (s *Source) Services() []activator.Service {
 // signal covers every change made before it is received.
 func (s *Source) Changed() <-chan struct{} { return s.changed }
 
-// Callers tells the namespace of a caller by its address, from every pod
-// of the cluster (activator.Config.Callers).
-func (s *Source) Callers() activator.CallerDirectory { return s.callers }
+// Callers tells who a caller is by its address, from every pod of the
+// cluster, and whether a service's NetworkPolicies admit it
+// (activator.Config.Callers).
+func (s *Source) Callers() activator.CallerDirectory { return s.judge }
 
 // AutoscalerChanged delivers a value after the autoscaler Service's
 // endpoints changed: a new leader published itself. Signals coalesce.

@@ -61,7 +61,9 @@ func TestSyncedSourceListsServices(t *testing.T) {
 
 // TestListsOnlySwellObjects: the informers ask the API server only for
 // pods-Services, their slices, the autoscaler's and the activators' slices,
-// the CA ConfigMap, and the pods that have not ended.
+// the CA ConfigMap, the pods that have not ended, and what callers are
+// judged by: the opted-in Deployments, the namespaces and the
+// NetworkPolicies.
 func TestListsOnlySwellObjects(t *testing.T) {
 	_, client := started(t)
 	var got []string
@@ -75,9 +77,12 @@ func TestListsOnlySwellObjects(t *testing.T) {
 	sys := kube.DefaultSystemNamespace
 	want := []string{
 		"configmaps in " + sys + ":  metadata.name=" + kube.CAConfigMap,
+		"deployments in : " + kube.LabelEnabled + "=true ",
 		"endpointslices in : " + kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
 		"endpointslices in " + sys + ": " + discoveryv1.LabelServiceName + "=" + kube.ActivatorService + " ",
 		"endpointslices in " + sys + ": " + discoveryv1.LabelServiceName + "=" + kube.AutoscalerService + " ",
+		"namespaces in :  ",
+		"networkpolicies in :  ",
 		"pods in :  status.phase!=Failed,status.phase!=Succeeded",
 		"services in : " + kube.LabelDeployment + " ",
 	}

@@ -531,8 +531,8 @@ func (r *Router) copiedAnnotations(d *appsv1.Deployment, cur *corev1.Service) ma
 	if err == nil {
 		out[kube.AnnotationAllowedCallers] = callers.String()
 	} else {
-		// Fails closed: the previous value if it still parses, else only
-		// the Deployment's own namespace.
+		// Fails closed: the previous value if it still parses, else
+		// nothing beyond what the pods' NetworkPolicies admit.
 		v := ""
 		if c, perr := kube.ParseAllowedCallers(prev[kube.AnnotationAllowedCallers]); perr == nil {
 			v = c.String()
@@ -541,7 +541,7 @@ func (r *Router) copiedAnnotations(d *appsv1.Deployment, cur *corev1.Service) ma
 		errs = append(errs, err)
 		shown := v
 		if shown == "" {
-			shown = "none but its own namespace"
+			shown = "none beyond what its pods' NetworkPolicies admit"
 		}
 		kept = append(kept, "callers "+shown)
 	}

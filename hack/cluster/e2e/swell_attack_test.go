@@ -15,7 +15,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/swell-run/swell/hack/cluster/netns"
 	"github.com/swell-run/swell/hack/cluster/nodeimages"
@@ -108,6 +110,9 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 		"autoscaling.swell.run/target-burst-capacity":         "0",
 		"autoscaling.swell.run/max-scale":                     "3",
 	}))
+	// Its NetworkPolicy admits its own namespace, and Swell's pods to its
+	// queue-proxy and stats ports; the activators judge callers by it.
+	e.onlyOwnNamespace(name)
 	e.waitServingSwell(name, 1)
 	victims, err := e.pods(t.Context(), name)
 	if err != nil || len(victims) != 1 {
@@ -292,6 +297,31 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 		if cs.RestartCount != 0 {
 			t.Errorf("container %s of the victim restarted %d times", cs.Name, cs.RestartCount)
 		}
+	}
+}
+
+// onlyOwnNamespace gives the pods of app a NetworkPolicy admitting the
+// pods of their own namespace, and those of Swell's namespace to the
+// queue-proxy's traffic and stats ports.
+func (e *env) onlyOwnNamespace(app string) {
+	e.t.Helper()
+	qp, stats := intstr.FromInt32(queueProxyPort), intstr.FromInt32(9090)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: app + "-own-namespace"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}},
+				{
+					From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+						MatchLabels: map[string]string{corev1.LabelMetadataName: swellNamespace}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Port: &qp}, {Port: &stats}},
+				},
+			},
+		},
+	}
+	if _, err := e.cs.NetworkingV1().NetworkPolicies(e.ns).Create(e.t.Context(), np, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create NetworkPolicy %s: %v", np.Name, err)
 	}
 }
 

@@ -1183,3 +1183,27 @@ func TestOwnsLimitsRoutingToTheBucketsLed(t *testing.T) {
 		t.Errorf("after its bucket was taken: writes %q, want web's route slice created", w)
 	}
 }
+
+// TestRouteSlicesStateEveryCondition: every endpoint of a route slice,
+// pods or activators, says ready, serving and not terminating outright.
+// Readers differ on a condition left out (the API reads a nil ready as
+// ready; some ingress controllers and gateways read it as not ready and
+// drop the endpoint).
+func TestRouteSlicesStateEveryCondition(t *testing.T) {
+	for _, route := range []plan.Route{plan.RoutePods, plan.RouteActivator} {
+		h := newHarness(t, webDeployment(), userService("web", map[string]string{"app": "web"}), twoPods(), twoActivators())
+		h.setRoute(route)
+		h.settle()
+		s := h.routeSlice("web")
+		if len(s.Endpoints) == 0 {
+			t.Fatalf("route %v: no endpoint", route)
+		}
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			if c.Ready == nil || !*c.Ready || c.Serving == nil || !*c.Serving || c.Terminating == nil || *c.Terminating {
+				t.Errorf("route %v: endpoint %v has conditions ready %v, serving %v, terminating %v; want each stated: true, true, false",
+					route, e.Addresses, c.Ready, c.Serving, c.Terminating)
+			}
+		}
+	}
+}

@@ -96,8 +96,8 @@ soak:
 ## containerd, runc, the kubelet, kube-proxy and kube-scheduler; the
 ## harness's cluster tests, and the end-to-end suite against a fresh
 ## cluster running Swell's images, all torn down after. The first run
-## builds etcd, Kubernetes, containerd and the CNI plugins from the module
-## proxy (cached after). Needs root, iproute2, runc and iptables.
+## builds etcd, Kubernetes, containerd, the CNI plugins and Traefik (the
+## cluster's ingress controller) from the module proxy (cached after). Needs root, iproute2, runc and iptables.
 ## It prints a table of each test's passes and failures, also written to
 ## $(BIN)/e2e.md. E2E_REPEAT=N runs the suite N times, each in a fresh
 ## cluster, to measure flakiness; E2E_STRESS=1 runs it beside a CPU hog

@@ -2,7 +2,8 @@
 // pinned as Go tool directives, into a cache keyed by those versions: etcd
 // and Kubernetes' programs from this module's go.mod, with Kubernetes'
 // version stamps; containerd, its runc shim, ctr and the CNI plugins from
-// the runtime module's (runtime/go.mod).
+// the runtime module's (runtime/go.mod); and Traefik, the ingress
+// controller, from its own module at TraefikVersion.
 package build
 
 import (
@@ -96,6 +97,7 @@ type Versions struct {
 	Etcd       string // e.g. v3.7.0
 	Containerd string // e.g. v2.4.2
 	CNIPlugins string // e.g. v1.10.0
+	Traefik    string // e.g. v3.6.12
 	Go         string // e.g. go1.26.8
 	GOOS       string
 	GOARCH     string
@@ -114,6 +116,7 @@ type Binaries struct {
 	Kubelet               string
 	KubeProxy             string
 	Runtime               Runtime
+	Traefik               Traefik
 	Versions              Versions
 }
 
@@ -139,7 +142,8 @@ var (
 )
 
 // Build builds what the cache lacks: each set of binaries (Kubernetes',
-// the runtime's) only when the cache has none for its current key.
+// the runtime's, Traefik's) only when the cache has none for its current
+// key.
 func Build(ctx context.Context, opts Options) (Binaries, error) {
 	start := time.Now()
 	o, err := opts.withDefaults()
@@ -226,6 +230,9 @@ func Build(ctx context.Context, opts Options) (Binaries, error) {
 		if err := o.buildTools(ctx, s.what, s.dir, s.module, s.tools, s.flags, s.into); err != nil {
 			return Binaries{}, err
 		}
+	}
+	if b.Traefik, err = o.traefik(ctx, v); err != nil {
+		return Binaries{}, err
 	}
 	o.Log.Info("build done", "took", since(start))
 	return b, nil
@@ -372,6 +379,7 @@ func (o Options) versions(ctx context.Context, runtimeDir string) (Versions, err
 		return Versions{}, fmt.Errorf("build: go env GOVERSION GOOS GOARCH: unexpected %q", out)
 	}
 	v.Go, v.GOOS, v.GOARCH = f[0], f[1], f[2]
+	v.Traefik = TraefikVersion
 	return v, nil
 }
 
@@ -498,11 +506,18 @@ func (o Options) buildTools(ctx context.Context, what, dir, moduleDir string, to
 	return nil
 }
 
+// goBuild runs a go build of what in dir, without cgo.
 func (o Options) goBuild(ctx context.Context, dir, what string, args ...string) error {
+	return o.goIn(ctx, dir, []string{"CGO_ENABLED=0"}, what, args...)
+}
+
+// goIn runs the go command in dir with env added to the environment, and
+// logs how long it took.
+func (o Options) goIn(ctx context.Context, dir string, env []string, what string, args ...string) error {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, o.Go, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -513,8 +528,17 @@ func (o Options) goBuild(ctx context.Context, dir, what string, args ...string) 
 }
 
 func (o Options) goOutput(ctx context.Context, dir string, args ...string) ([]byte, error) {
+	return o.goEnvOutput(ctx, dir, nil, args...)
+}
+
+// goEnvOutput runs the go command in dir with env added to the
+// environment, and returns its standard output.
+func (o Options) goEnvOutput(ctx context.Context, dir string, env []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, o.Go, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -523,7 +547,7 @@ func (o Options) goOutput(ctx context.Context, dir string, args ...string) ([]by
 		if errors.As(err, &ee) {
 			return nil, fmt.Errorf("build: %w (is Go installed?)", err)
 		}
-		return nil, fmt.Errorf("build: go %s in %s: %w: %s", strings.Join(args, " "), dir, err, strings.TrimSpace(stderr.String()))
+		return out, fmt.Errorf("build: go %s in %s: %w: %s", strings.Join(args, " "), dir, err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -227,4 +228,95 @@ func declaredVars(t *testing.T, file string) map[string]bool {
 		}
 	}
 	return vars
+}
+
+func TestTraefikVersion(t *testing.T) {
+	// From v3.7.0 on, Traefik's go.mod replaces a module with a directory
+	// that its module download leaves out.
+	if m := semver.FindStringSubmatch(TraefikVersion); m == nil || m[1] != "3" || m[2] != "6" || m[4] != "" {
+		t.Errorf("TraefikVersion = %s, want a v3.6.x release: later ones do not build from the module proxy", TraefikVersion)
+	}
+}
+
+func TestTraefikLDFlags(t *testing.T) {
+	got := TraefikLDFlags("v3.6.12")
+	for _, want := range []string{"-s", "-w", "-X github.com/traefik/traefik/v3/pkg/version.Version=v3.6.12", "-X github.com/traefik/traefik/v3/pkg/version.BuildDate=" + BuildDate} {
+		if !strings.Contains(got+" ", want+" ") {
+			t.Errorf("TraefikLDFlags lacks %q: %s", want, got)
+		}
+	}
+}
+
+func TestTraefikCacheKey(t *testing.T) {
+	v := testVersions
+	v.Traefik = "v3.6.12"
+	flags := []string{"-ldflags", TraefikLDFlags(v.Traefik)}
+	base := TraefikCacheKey(v, flags)
+	if !strings.HasPrefix(base, "traefik-v3.6.12_go1.26.8_linux-amd64_") || strings.ContainsAny(base, "/ ") {
+		t.Errorf("TraefikCacheKey = %s, want the versions readable, one path element", base)
+	}
+	// Kubernetes' and the runtime's versions are not Traefik's inputs.
+	other := v
+	other.Kubernetes, other.Containerd = "v1.38.0", "v2.5.0"
+	if TraefikCacheKey(other, flags) != base {
+		t.Error("changing Kubernetes' or containerd's version changes Traefik's cache key")
+	}
+	for name, changed := range map[string]string{
+		"traefik": TraefikCacheKey(Versions{Traefik: "v3.6.13", Go: v.Go, GOOS: v.GOOS, GOARCH: v.GOARCH}, flags),
+		"go":      TraefikCacheKey(Versions{Traefik: v.Traefik, Go: "go1.26.9", GOOS: v.GOOS, GOARCH: v.GOARCH}, flags),
+		"arch":    TraefikCacheKey(Versions{Traefik: v.Traefik, Go: v.Go, GOOS: v.GOOS, GOARCH: "arm64"}, flags),
+		"flags":   TraefikCacheKey(v, []string{"-ldflags", "-s"}),
+	} {
+		if changed == base {
+			t.Errorf("changing %s keeps Traefik's cache key %s", name, base)
+		}
+	}
+}
+
+func TestLocalReplaces(t *testing.T) {
+	gomod := filepath.Join(t.TempDir(), "go.mod")
+	const text = `module github.com/traefik/traefik/v3
+
+go 1.24.0
+
+require example.com/a v1.0.0
+
+replace github.com/abbot/go-http-auth => github.com/containous/go-http-auth v0.4.1-0.20200324110947-a37a7636d23e
+
+replace (
+	github.com/traefik/traefik/dynamic/ext => ./pkg/config/dynamic/ext
+	example.com/b v1.2.0 => ../b
+	example.com/c => example.com/d v1.0.0
+)
+`
+	if err := os.WriteFile(gomod, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := localReplaces(gomod)
+	if want := []string{"./pkg/config/dynamic/ext", "../b"}; !slices.Equal(got, want) {
+		t.Errorf("localReplaces = %v, want %v", got, want)
+	}
+}
+
+// TestTraefikStamps: the variables TraefikLDFlags stamps exist in the
+// pinned release's source, when the module cache holds it (a stamp of a
+// variable that does not exist is silently ignored by the linker).
+func TestTraefikStamps(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(strings.TrimSpace(string(out)), traefikModule+"@"+TraefikVersion, "pkg", "version", "version.go")
+	if _, err := os.Stat(file); err != nil {
+		t.Skipf("Traefik %s not downloaded (swell-cluster build does): %v", TraefikVersion, err)
+	}
+	vars := declaredVars(t, file)
+	for _, name := range []string{"Version", "BuildDate"} {
+		if !vars[name] {
+			t.Errorf("%s declares no variable %s", file, name)
+		}
+	}
 }

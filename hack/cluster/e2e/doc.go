@@ -4,13 +4,15 @@
 // from the images built from this tree.
 //
 // The tests run inside the cluster's network namespace, so they reach pod
-// IPs and Services' ClusterIPs directly, and read three variables:
+// IPs and Services' ClusterIPs directly, and read four variables:
 //
 //	KUBECONFIG     the admin kubeconfig; without it every test skips
 //	SWELL_DEPLOY   the kustomization that installs Swell's deploy/ with
 //	               the images the node was given
 //	SWELL_KUBELET_DIR  the kubelet's root directory, where the chaos suite
 //	               rotates the activators' tokens as the kubelet does
+//	SWELL_GATEWAY_CRDS  the Gateway API CRDs of the release the ingress
+//	               controller (Traefik) is built with, installed before it
 //
 // `make e2e` builds the cluster, starts it, runs this suite in it through
 // `swell-cluster e2e` and tears the cluster down. Each test works in a

@@ -156,9 +156,8 @@ func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 		if err != nil {
 			return err
 		}
-		want := ptrOr(d.Spec.Replicas, 1)
-		if st := d.Status; st.ObservedGeneration < d.Generation || st.UpdatedReplicas < want || st.ReadyReplicas < want || st.Replicas > want {
-			return fmt.Errorf("deployment %s: %d of %d updated and %d ready, %d in all", name, st.UpdatedReplicas, want, st.ReadyReplicas, st.Replicas)
+		if err := rolledOut(d); err != nil {
+			return err
 		}
 	}
 	mw, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "swell-webhook", metav1.GetOptions{})
@@ -186,6 +185,17 @@ func swellReady(ctx context.Context, cs kubernetes.Interface) error {
 	// Every activator reports to the autoscalers that lead: until one has
 	// connected, a request it holds for a service at zero pokes no one.
 	return activatorsConnected(ctx, cs)
+}
+
+// rolledOut reports, as an error, when the Deployment's controller has not
+// seen its latest spec, or it has not exactly as many replicas as it
+// wants, all updated and ready.
+func rolledOut(d *appsv1.Deployment) error {
+	want := ptrOr(d.Spec.Replicas, 1)
+	if st := d.Status; st.ObservedGeneration < d.Generation || st.UpdatedReplicas < want || st.ReadyReplicas < want || st.Replicas > want {
+		return fmt.Errorf("deployment %s/%s: %d of %d updated and %d ready, %d in all", d.Namespace, d.Name, st.UpdatedReplicas, want, st.ReadyReplicas, st.Replicas)
+	}
+	return nil
 }
 
 func ptrOr[T any](p *T, def T) T {
@@ -232,8 +242,9 @@ func swellHello(name string, replicas *int32, annotations map[string]string) *ap
 	// only app.
 	d.Spec.Template.Labels = map[string]string{"app": name, labelEnabled: "true"}
 	// The suite's requests come from the test process on the node, which
-	// is no pod: the activator admits such a caller only when the
-	// Deployment allows any (docs/security.md).
+	// is no pod: the activator admits it as no NetworkPolicy selects the
+	// pods, and, whatever a test's policies say, as the Deployment allows
+	// any caller (docs/security.md).
 	d.Annotations = map[string]string{allowedCallers: "*"}
 	maps.Copy(d.Annotations, annotations)
 	return d

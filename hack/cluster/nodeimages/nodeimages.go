@@ -1,7 +1,8 @@
 // Package nodeimages builds the images a test cluster's node runs — its
 // pause image, Swell's four images and the end-to-end suite's test program
-// — for the host's platform with Swell's image builder (hack/images), as
-// OCI layouts for the node's containerd to import.
+// with Swell's image builder (hack/images), and the ingress controller's
+// from the binary the harness built — for the host's platform, as OCI
+// layouts for the node's containerd to import.
 package nodeimages
 
 import (
@@ -61,8 +62,12 @@ type Options struct {
 	ModuleDir string
 	// MainDir is Swell's module root, which holds Swell's programs.
 	MainDir string
-	// Dir receives one layout directory per image.
+	// Dir receives one layout directory per image built from source.
 	Dir string
+	// Traefik is the ingress controller's binary (build.Traefik.Binary),
+	// made into the image Traefik, whose layout is kept beside it; empty
+	// for none.
+	Traefik string
 	// Log reports each image and its build time.
 	Log *slog.Logger
 }
@@ -89,9 +94,24 @@ func Specs(moduleDir, mainDir string) []images.Spec {
 func Build(ctx context.Context, o Options) ([]Layout, error) {
 	start := time.Now()
 	specs := Specs(o.ModuleDir, o.MainDir)
-	out := make([]Layout, len(specs))
+	out := make([]Layout, len(specs), len(specs)+1)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.NumCPU())
+	if o.Traefik != "" {
+		out = out[:len(specs)+1]
+		g.Go(func() error {
+			t0 := time.Now()
+			l, err := traefikLayout(o.Traefik)
+			if err != nil {
+				return err
+			}
+			out[len(specs)] = l
+			if o.Log != nil {
+				o.Log.Info("traefik image", "ref", l.Ref, "layout", l.Dir, "took", time.Since(t0).Round(time.Millisecond))
+			}
+			return nil
+		})
+	}
 	for i, s := range specs {
 		g.Go(func() error {
 			t0 := time.Now()

@@ -1,14 +1,20 @@
 package nodeimages
 
 import (
+	"archive/tar"
 	"context"
+	"fmt"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/swell-run/swell/hack/images"
 )
@@ -118,4 +124,84 @@ func dirs(t *testing.T) (module, main string) {
 		t.Fatal(err)
 	}
 	return module, filepath.Join(module, "..", "..")
+}
+
+// TestTraefikLayout makes the image of a stand-in binary: written once
+// beside the binary, read back unchanged on the next start, and an image
+// of that one program at /usr/local/bin/traefik, run as images.User.
+func TestTraefikLayout(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "traefik")
+	if err := os.WriteFile(exe, []byte("#!/not/really/traefik\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first, err := traefikLayout(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Ref != Traefik || filepath.Dir(first.Dir) != filepath.Dir(exe) || !strings.HasPrefix(first.Digest, "sha256:") {
+		t.Errorf("layout %+v, want %s beside %s", first, Traefik, exe)
+	}
+	stamp := time.Unix(1, 0)
+	if err := os.Chtimes(filepath.Join(first.Dir, "index.json"), stamp, stamp); err != nil {
+		t.Fatal(err)
+	}
+	again, err := traefikLayout(exe)
+	if err != nil || again != first {
+		t.Fatalf("second layout %+v, %v; want %+v", again, err, first)
+	}
+	if st, err := os.Stat(filepath.Join(first.Dir, "index.json")); err != nil || !st.ModTime().Equal(stamp) {
+		t.Errorf("the layout was written again: %v %v", st, err)
+	}
+
+	ref, idx, err := images.ReadLayout(first.Dir)
+	if err != nil || ref != Traefik {
+		t.Fatalf("ReadLayout = %s, %v", ref, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) != 1 || m.Manifests[0].Platform == nil || m.Manifests[0].Platform.Architecture != runtime.GOARCH {
+		t.Fatalf("index %+v, %v: want one image for %s", m, err, runtime.GOARCH)
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/local/bin/traefik"}) || cfg.Config.User != images.User {
+		t.Errorf("config: entrypoint %v, user %q", cfg.Config.Entrypoint, cfg.Config.User)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers %v, %v: want one", layers, err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		files[h.Name] = fmt.Sprintf("%o %d:%d %s", h.Mode, h.Uid, h.Gid, b)
+	}
+	want := map[string]string{
+		"tmp/":                  "1777 0:0 ",
+		"usr/":                  "755 0:0 ",
+		"usr/local/":            "755 0:0 ",
+		"usr/local/bin/":        "755 0:0 ",
+		"usr/local/bin/traefik": "755 0:0 #!/not/really/traefik\n",
+	}
+	if !maps.Equal(files, want) {
+		t.Errorf("layer files %v, want %v", files, want)
+	}
 }

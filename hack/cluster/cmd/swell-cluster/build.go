@@ -33,6 +33,8 @@ func cmdBuild(ctx context.Context, args []string, log *slog.Logger) error {
 		{"containerd-shim-runc-v2", b.Runtime.Shim},
 		{"ctr", b.Runtime.Ctr},
 		{"cni-plugins", b.Runtime.CNIDir},
+		{"traefik", b.Traefik.Binary},
+		{"gateway-api-crds", b.Traefik.GatewayCRDs},
 	} {
 		fmt.Println(p.name, p.path)
 	}

@@ -154,7 +154,8 @@ func (s e2eSuite) run(ctx context.Context) runResult {
 	cmd.Dir = filepath.Join(s.module, "e2e")
 	cmd.Env = append(clusterEnv(&c.State), "SWELL_DEPLOY="+deployOverlay(s.work),
 		"SWELL_KUBELET_DIR="+node.NewLayout(state, s.o.name).Kubelet,
-		"SWELL_E2E_EVIDENCE="+evidence)
+		"SWELL_E2E_EVIDENCE="+evidence,
+		"SWELL_GATEWAY_CRDS="+s.bins.Traefik.GatewayCRDs)
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, results), io.MultiWriter(os.Stderr, results)
 	testErr := cmd.Run()
 	results.close()

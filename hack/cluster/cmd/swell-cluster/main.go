@@ -25,7 +25,7 @@ import (
 const usage = `usage: swell-cluster <command> [flags]
 
 commands:
-  build   build etcd, Kubernetes, containerd and the CNI plugins (cached)
+  build   build etcd, Kubernetes, containerd, the CNI plugins and Traefik (cached)
   up      start a cluster (control plane and node) and wait until it is ready
   down    stop a cluster, its node and pods, and undo what they changed
   exec    run a command inside a cluster's network namespace, with kubectl on PATH

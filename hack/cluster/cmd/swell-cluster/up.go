@@ -106,7 +106,7 @@ func buildAll(ctx context.Context, o upOptions, module, state string, log *slog.
 	}
 	main := filepath.Join(module, "..", "..")
 	images, err := nodeimages.Build(ctx, nodeimages.Options{
-		ModuleDir: module, MainDir: main, Dir: filepath.Join(state, "images"), Log: log,
+		ModuleDir: module, MainDir: main, Dir: filepath.Join(state, "images"), Traefik: bins.Traefik.Binary, Log: log,
 	})
 	if err != nil {
 		return build.Binaries{}, nil, err

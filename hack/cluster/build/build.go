@@ -470,6 +470,33 @@ func cached(programs []*string) bool {
 // to dir, so the cache never holds a partial build, even if two builds
 // race.
 func (o Options) buildTools(ctx context.Context, what, dir, moduleDir string, tools, flags []string, into func(string) string) error {
+	start := time.Now()
+	o.Log.Info("building "+what+" binaries (minutes when Go's build cache is cold)", "into", dir)
+	err := fill(dir, func(tmp string) error {
+		for _, t := range tools {
+			out := filepath.Join(tmp, into(t), BinaryName(t))
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return fmt.Errorf("build: %w", err)
+			}
+			args := append(append(append([]string{"build"}, buildFlags...), flags...), "-o", out, t)
+			if err := o.goBuild(ctx, moduleDir, BinaryName(t), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	o.Log.Info("built "+what+" binaries", "took", since(start))
+	return nil
+}
+
+// fill makes dir anew with what build writes into a fresh directory
+// beside it, renamed to dir once build succeeds, so that the cache never
+// holds a partial build, even if two builds race. A directory missing a
+// file (removed by hand) is rebuilt whole.
+func fill(dir string, build func(tmp string) error) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
@@ -480,21 +507,11 @@ func (o Options) buildTools(ctx context.Context, what, dir, moduleDir string, to
 		return fmt.Errorf("build: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	// A directory missing a binary (removed by hand) is rebuilt whole.
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("build: %w", err)
 	}
-	start := time.Now()
-	o.Log.Info("building "+what+" binaries (minutes when Go's build cache is cold)", "into", dir)
-	for _, t := range tools {
-		out := filepath.Join(tmp, into(t), BinaryName(t))
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			return fmt.Errorf("build: %w", err)
-		}
-		args := append(append(append([]string{"build"}, buildFlags...), flags...), "-o", out, t)
-		if err := o.goBuild(ctx, moduleDir, BinaryName(t), args...); err != nil {
-			return err
-		}
+	if err := build(tmp); err != nil {
+		return err
 	}
 	if err := os.Rename(tmp, dir); err != nil {
 		if _, statErr := os.Stat(dir); statErr == nil {
@@ -502,7 +519,6 @@ func (o Options) buildTools(ctx context.Context, what, dir, moduleDir string, to
 		}
 		return fmt.Errorf("build: %w", err)
 	}
-	o.Log.Info("built "+what+" binaries", "took", since(start))
 	return nil
 }
 

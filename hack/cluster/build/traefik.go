@@ -2,7 +2,6 @@ package build
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -101,63 +100,52 @@ func hasCRDs(dir string) bool {
 // to dir.
 func (o Options) buildTraefik(ctx context.Context, version, dir string, flags []string) error {
 	start := time.Now()
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
-	suffix := make([]byte, 4)
-	rand.Read(suffix)
-	tmp := dir + ".partial-" + hex.EncodeToString(suffix)
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
 	o.Log.Info("building traefik "+version+" (about 6 minutes on 2 cores, and 2.4 GB of modules, when Go's caches are cold)", "into", dir)
+	var gwVersion string
+	err := fill(dir, func(tmp string) error {
+		t0 := time.Now()
+		mod, err := o.download(ctx, tmp, traefikModule+"@"+version)
+		if err != nil {
+			return err
+		}
+		src := filepath.Join(tmp, "src")
+		if err := os.CopyFS(src, os.DirFS(mod.Dir)); err != nil {
+			return fmt.Errorf("build traefik: copy its source from %s: %w", mod.Dir, err)
+		}
+		o.Log.Info("downloaded", "module", traefikModule+"@"+version, "took", since(t0))
 
-	t0 := time.Now()
-	mod, err := o.download(ctx, tmp, traefikModule+"@"+version)
+		// Traefik's own go.mod, with its replaces, decides every
+		// dependency; -mod=mod lets the build complete the go.sum of the
+		// copy.
+		env := []string{"CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
+		args := append(append(append([]string{"build"}, buildFlags...), flags...), "-o", filepath.Join(tmp, "traefik"), traefikPackage)
+		if err := o.goIn(ctx, src, env, "traefik", args...); err != nil {
+			if local := localReplaces(filepath.Join(src, "go.mod")); len(local) > 0 {
+				return fmt.Errorf("%w\nTraefik %s replaces modules with directories of its repository (%s), which its module download leaves out: pin a release that does not (a v3.6.x) in build.TraefikVersion", err, version, strings.Join(local, ", "))
+			}
+			return err
+		}
+
+		// The CRDs of the Gateway API release Traefik was just built with.
+		out, err := o.goEnvOutput(ctx, src, env, "list", "-m", "-f", "{{.Version}} {{.Dir}}", gatewayAPIModule)
+		if err != nil {
+			return err
+		}
+		v, gwDir, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+		if !ok || gwDir == "" {
+			return fmt.Errorf("build traefik: go list -m %s in its source: no directory in %q", gatewayAPIModule, out)
+		}
+		gwVersion = v
+		if err := copyCRDs(filepath.Join(tmp, "gateway-crds"), filepath.Join(gwDir, gatewayCRDsDir)); err != nil {
+			return fmt.Errorf("build traefik: the Gateway API %s CRDs: %w", gwVersion, err)
+		}
+		if err := os.RemoveAll(src); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	src := filepath.Join(tmp, "src")
-	if err := os.CopyFS(src, os.DirFS(mod.Dir)); err != nil {
-		return fmt.Errorf("build traefik: copy its source from %s: %w", mod.Dir, err)
-	}
-	o.Log.Info("downloaded", "module", traefikModule+"@"+version, "took", since(t0))
-
-	// Traefik's own go.mod, with its replaces, decides every dependency;
-	// -mod=mod lets the build complete the go.sum of the copy.
-	env := []string{"CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
-	args := append(append(append([]string{"build"}, buildFlags...), flags...), "-o", filepath.Join(tmp, "traefik"), traefikPackage)
-	if err := o.goIn(ctx, src, env, "traefik", args...); err != nil {
-		if local := localReplaces(filepath.Join(src, "go.mod")); len(local) > 0 {
-			return fmt.Errorf("%w\nTraefik %s replaces modules with directories of its repository (%s), which its module download leaves out: pin a release that does not (a v3.6.x) in build.TraefikVersion", err, version, strings.Join(local, ", "))
-		}
-		return err
-	}
-
-	// The CRDs of the Gateway API release Traefik was just built with.
-	out, err := o.goEnvOutput(ctx, src, env, "list", "-m", "-f", "{{.Version}} {{.Dir}}", gatewayAPIModule)
-	if err != nil {
-		return err
-	}
-	gwVersion, gwDir, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if !ok || gwDir == "" {
-		return fmt.Errorf("build traefik: go list -m %s in its source: no directory in %q", gatewayAPIModule, out)
-	}
-	if err := copyCRDs(filepath.Join(tmp, "gateway-crds"), filepath.Join(gwDir, gatewayCRDsDir)); err != nil {
-		return fmt.Errorf("build traefik: the Gateway API %s CRDs: %w", gwVersion, err)
-	}
-	if err := os.RemoveAll(src); err != nil {
-		return fmt.Errorf("build: %w", err)
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		if _, statErr := os.Stat(dir); statErr == nil {
-			return nil // Another build of the same key finished first.
-		}
-		return fmt.Errorf("build: %w", err)
 	}
 	o.Log.Info("built traefik", "version", version, "gateway-api", gwVersion, "took", since(start))
 	return nil

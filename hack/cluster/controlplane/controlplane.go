@@ -328,7 +328,9 @@ func (c *Cluster) apiserverArgs(cfg Config) []string {
 		"--bind-address=0.0.0.0",
 		"--secure-port=" + strconv.Itoa(cfg.Ports.APIServer),
 		"--advertise-address=" + netns.AdvertiseAddress,
-		"--service-cluster-ip-range=" + netns.ServiceCIDR,
+		// Dual-stack, IPv4 first: a Service that asks for no family is
+		// IPv4 only.
+		"--service-cluster-ip-range=" + netns.ServiceCIDR + "," + netns.ServiceCIDRV6,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--client-ca-file=" + p.CACert,
@@ -360,6 +362,12 @@ func (c *Cluster) controllerManagerArgs(cfg Config) []string {
 		"--cluster-signing-key-file=" + p.CAKey,
 		"--leader-elect=false",
 		"--controllers=*",
+		// The one Node's spec.podCIDRs: each family's whole pod range,
+		// which the CNI's host-local ranges hand out.
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + netns.PodCIDR + "," + netns.PodCIDRV6,
+		"--node-cidr-mask-size-ipv4=" + prefixLen(netns.PodCIDR),
+		"--node-cidr-mask-size-ipv6=" + prefixLen(netns.PodCIDRV6),
 		// The default 20/30 makes every scale step wait on client-side
 		// rate limiting.
 		"--kube-api-qps=200",
@@ -368,6 +376,12 @@ func (c *Cluster) controllerManagerArgs(cfg Config) []string {
 		"--secure-port=" + strconv.Itoa(cfg.Ports.ControllerManager),
 		"--cert-dir=" + filepath.Join(c.StateDir, "controller-manager"),
 	}
+}
+
+// prefixLen is the length of cidr's prefix, "16" of "198.18.0.0/16".
+func prefixLen(cidr string) string {
+	_, n, _ := strings.Cut(cidr, "/")
+	return n
 }
 
 // Run starts argv inside the cluster's namespace as the process name, with

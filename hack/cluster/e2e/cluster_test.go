@@ -580,18 +580,24 @@ var iptablesComment = regexp.MustCompile(`--comment "?([^" :]+/[^" :]+)(:[^" ]*)
 // kubeProxyDestinations reads the rules kube-proxy (in iptables mode, as
 // the node runs it) programmed in the cluster's network namespace, where
 // the suite runs, and returns the sorted ip:port destinations it sends new
-// connections to the ClusterIP of the Service ns/name to: none until it
-// has seen ready endpoints for it.
+// connections to the ClusterIPs of the Service ns/name to: none until it
+// has seen ready endpoints for it. The cluster is dual-stack: a Service's
+// IPv4 ClusterIP is in iptables' nat table, its IPv6 one in ip6tables'.
 func kubeProxyDestinations(ctx context.Context, ns, name string) ([]string, error) {
-	bin, err := exec.LookPath("iptables-save")
-	if err != nil {
-		bin = "/usr/sbin/iptables-save"
+	var dests []string
+	for _, prog := range []string{"iptables-save", "ip6tables-save"} {
+		bin, err := exec.LookPath(prog)
+		if err != nil {
+			bin = "/usr/sbin/" + prog
+		}
+		out, err := exec.CommandContext(ctx, bin, "-t", "nat").Output()
+		if err != nil {
+			return nil, fmt.Errorf("read kube-proxy's rules: %s: %w", bin, err)
+		}
+		dests = append(dests, parseKubeProxyRules(string(out), ns+"/"+name)...)
 	}
-	out, err := exec.CommandContext(ctx, bin, "-t", "nat").Output()
-	if err != nil {
-		return nil, fmt.Errorf("read kube-proxy's rules: %s: %w", bin, err)
-	}
-	return parseKubeProxyRules(string(out), ns+"/"+name), nil
+	slices.Sort(dests)
+	return dests, nil
 }
 
 // parseKubeProxyRules follows the iptables-save output of kube-proxy's nat

@@ -37,3 +37,29 @@ func TestParseKubeProxyRules(t *testing.T) {
 		}
 	}
 }
+
+// TestParseKubeProxyRulesIPv6 reads ip6tables' nat table as kube-proxy
+// programmed it on the dual-stack node (testdata/ip6tables-nat.txt,
+// `ip6tables-save -t nat`): a Service of ipFamilyPolicy RequireDualStack
+// with two pods, whose IPv6 destinations are bracketed; a single-stack
+// IPv4 Service of the same pods, which has no IPv6 rules; and a name that
+// only begins like the first.
+func TestParseKubeProxyRulesIPv6(t *testing.T) {
+	rules, err := os.ReadFile("testdata/ip6tables-nat.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		service string
+		want    []string
+	}{
+		{"default/dual", []string{"[fd00:198:18::1:0]:8080", "[fd00:198:18::1:1]:8080"}},
+		{"default/plain", nil},
+		{"default/dua", nil},
+		{"default/kubernetes", nil},
+	} {
+		if got := parseKubeProxyRules(string(rules), tc.service); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.service, got, tc.want)
+		}
+	}
+}

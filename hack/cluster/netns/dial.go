@@ -27,44 +27,53 @@ func Dialer(name string) DialContext { return DialerAt(Path(name), name) }
 // directory, and a pod's process leads to it without knowing where.
 func DialerAt(path, name string) DialContext {
 	return func(ctx context.Context, network, address string) (net.Conn, error) {
-		target, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("dial %s in network namespace %s: %w", address, name, err)
-		}
-		defer target.Close()
-
-		type result struct {
-			conn net.Conn
-			err  error
-		}
-		done := make(chan result, 1)
-		// A fresh goroutine, so the caller's thread is never switched.
-		go func() {
-			runtime.LockOSThread()
-			orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-			if err != nil {
-				runtime.UnlockOSThread()
-				done <- result{err: err}
-				return
-			}
-			defer orig.Close()
-			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				runtime.UnlockOSThread()
-				done <- result{err: fmt.Errorf("enter network namespace %s: %w", name, err)}
-				return
-			}
+		var conn net.Conn
+		var dialErr error
+		if err := runIn(path, func() {
 			// No fast fallback: its parallel dials would run on other
 			// threads, outside the namespace.
 			d := net.Dialer{FallbackDelay: -1}
-			conn, err := d.DialContext(ctx, network, address)
-			if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
-				// Only a thread back in its own namespace may run other
-				// goroutines; otherwise it dies with this one.
-				runtime.UnlockOSThread()
-			}
-			done <- result{conn, err}
-		}()
-		r := <-done
-		return r.conn, r.err
+			conn, dialErr = d.DialContext(ctx, network, address)
+		}); err != nil {
+			return nil, fmt.Errorf("dial %s in network namespace %s: %w", address, name, err)
+		}
+		return conn, dialErr
 	}
+}
+
+// runIn runs f inside the network namespace whose file is path, and
+// returns once f has: what f does with sockets
+// or with /proc/sys/net happens in that namespace. A namespace belongs to
+// a thread, so f runs on a fresh goroutine locked to its thread, switched
+// into the namespace and back; the caller's thread is never switched.
+func runIn(path string, f func()) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		defer orig.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("enter it: %w", err)
+			return
+		}
+		f()
+		if unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET) == nil {
+			// Only a thread back in its own namespace may run other
+			// goroutines; otherwise it dies with this one.
+			runtime.UnlockOSThread()
+		}
+		done <- nil
+	}()
+	return <-done
 }

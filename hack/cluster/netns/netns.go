@@ -11,12 +11,19 @@ package netns
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 )
 
-// The cluster network's fixed addresses (see the module's README).
+// The cluster network's fixed addresses (see the module's README). The
+// cluster is dual-stack, IPv4 first: each family has its pod network, its
+// gateway on Bridge and its service CIDR, and a Service that asks for no
+// family gets an IPv4 ClusterIP only. The IPv6 ranges are unique local
+// addresses (fd00::/8) that echo the IPv4 ones, so nothing can route them
+// off the machine either.
 const (
 	// Bridge is the pod network's bridge inside the cluster's namespace.
 	Bridge = "swbr0"
@@ -24,6 +31,11 @@ const (
 	Gateway = "198.18.0.1"
 	// PodCIDR is the pod network, routed through Bridge.
 	PodCIDR = "198.18.0.0/16"
+	// GatewayV6 is the bridge's IPv6 address, the pods' IPv6 default
+	// route.
+	GatewayV6 = "fd00:198:18::1"
+	// PodCIDRV6 is the pod network's IPv6 range, routed through Bridge.
+	PodCIDRV6 = "fd00:198:18::/64"
 	// AdvertiseAddress is on lo: the apiserver's --advertise-address,
 	// which may not be loopback.
 	AdvertiseAddress = "198.19.0.1"
@@ -37,7 +49,17 @@ const (
 	// ClusterIP of the Service "kubernetes", where pods reach the
 	// apiserver.
 	KubernetesServiceIP = "10.96.0.1"
+	// ServiceCIDRV6 holds the Services' IPv6 ClusterIPs, routed to Bridge
+	// from GatewayV6 as ServiceCIDR is from Gateway: a /112, as many
+	// addresses as ServiceCIDR.
+	ServiceCIDRV6 = "fd00:10:96::/112"
 )
+
+// forwarding are the namespace's kernel settings, under /proc/sys, that
+// make it the pods' router in both families: a connection kube-proxy
+// translates to a pod is forwarded, not delivered. (The CNI bridge plugin
+// turns them on too, but only once a pod of that family starts.)
+var forwarding = []string{"net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"}
 
 // IP is the iproute2 program; Nsenter is util-linux's.
 var (
@@ -56,9 +78,10 @@ func ip(ctx context.Context, args ...string) error {
 }
 
 // Create creates the network namespace name with lo up, AdvertiseAddress
-// on lo, Bridge up with Gateway/16, and ServiceCIDR routed to Bridge from
-// Gateway. It fails if the namespace exists:
-// two clusters must never share one. On failure nothing is left behind.
+// on lo, Bridge up with Gateway/16 and GatewayV6/64, ServiceCIDR routed
+// to Bridge from Gateway and ServiceCIDRV6 from GatewayV6, and forwarding
+// on in both families. It fails if the namespace exists: two clusters
+// must never share one. On failure nothing is left behind.
 func Create(ctx context.Context, name string) (err error) {
 	if err := ip(ctx, "netns", "add", name); err != nil {
 		return fmt.Errorf("create network namespace %s: %w", name, err)
@@ -76,13 +99,30 @@ func Create(ctx context.Context, name string) (err error) {
 		{"addr", "add", AdvertiseAddress + "/32", "dev", "lo"},
 		{"link", "add", Bridge, "type", "bridge"},
 		{"addr", "add", Gateway + "/16", "dev", Bridge},
+		// No duplicate address detection: the address is usable at once,
+		// not tentative for a second, and the kubelet checks that its
+		// node IPs are there when it starts.
+		{"addr", "add", GatewayV6 + "/64", "dev", Bridge, "nodad"},
 		{"link", "set", Bridge, "up"},
 		{"route", "add", ServiceCIDR, "dev", Bridge, "src", Gateway},
+		{"route", "add", ServiceCIDRV6, "dev", Bridge, "src", GatewayV6},
 	}
 	for _, s := range steps {
 		if err := in(s...); err != nil {
 			return fmt.Errorf("set up network namespace %s: %w", name, err)
 		}
+	}
+	var errs []error
+	if err := runIn(Path(name), func() {
+		// /proc/sys/net is the namespace of the thread that opens it.
+		for _, key := range forwarding {
+			errs = append(errs, os.WriteFile("/proc/sys/"+key, []byte("1"), 0))
+		}
+	}); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("set up network namespace %s: %w", name, err)
 	}
 	return nil
 }

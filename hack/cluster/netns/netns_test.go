@@ -50,7 +50,7 @@ func TestCreateDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ip addr in %s: %v: %s", name, err, out)
 	}
-	for _, want := range []string{"lo    inet 127.0.0.1/8", "lo    inet " + AdvertiseAddress + "/32", Bridge + "    inet " + Gateway + "/16"} {
+	for _, want := range []string{"lo    inet 127.0.0.1/8", "lo    inet " + AdvertiseAddress + "/32", Bridge + "    inet " + Gateway + "/16", Bridge + "    inet6 " + GatewayV6 + "/64 scope global nodad"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("addresses in %s lack %q:\n%s", name, want, out)
 		}
@@ -60,9 +60,17 @@ func TestCreateDelete(t *testing.T) {
 		t.Errorf("bridge %s is not up: %v: %s", Bridge, err, out)
 	}
 
-	out, err = Exec(name, IP, "route", "get", KubernetesServiceIP).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "dev "+Bridge+" src "+Gateway) {
-		t.Errorf("route to the ClusterIP %s in %s: %v: %s; want it through %s from %s", KubernetesServiceIP, name, err, out, Bridge, Gateway)
+	for _, r := range []struct{ clusterIP, src string }{{KubernetesServiceIP, Gateway}, {"fd00:10:96::a", GatewayV6}} {
+		out, err = Exec(name, IP, "route", "get", r.clusterIP).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "dev "+Bridge+" src "+r.src) {
+			t.Errorf("route to the ClusterIP %s in %s: %v: %s; want it through %s from %s", r.clusterIP, name, err, out, Bridge, r.src)
+		}
+	}
+	for _, key := range forwarding {
+		out, err = Exec(name, "cat", "/proc/sys/"+key).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "1" {
+			t.Errorf("%s in %s: %q %v, want 1", key, name, out, err)
+		}
 	}
 	// The namespace's processes see the host's mounts: what the kubelet
 	// mounts, containerd must see.

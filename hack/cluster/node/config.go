@@ -152,9 +152,11 @@ disabled_plugins = [
 `)
 }
 
-// CNIConfig is the pod network: a bridge on netns.Bridge, whose address
-// is the pods' gateway, addresses from netns.PodCIDR above the node's
-// /24, and hostPort mappings.
+// CNIConfig is the pod network: a bridge on netns.Bridge, whose
+// addresses are the pods' gateways, an address of each family for every
+// pod, IPv4 first (from netns.PodCIDR above the node's /24, and from
+// netns.PodCIDRV6 with the same last digits, fd00:198:18::1:0 beside
+// 198.18.1.0), and hostPort mappings.
 func CNIConfig(l Layout) []byte {
 	type ipRange struct {
 		Subnet     string `json:"subnet"`
@@ -177,8 +179,13 @@ func CNIConfig(l Layout) []byte {
 				"ipam": map[string]any{
 					"type":    "host-local",
 					"dataDir": l.CNIState,
-					"ranges":  [][]ipRange{{{Subnet: netns.PodCIDR, RangeStart: "198.18.1.0", Gateway: netns.Gateway}}},
-					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+					// One range set per family; the plugin gives a pod
+					// one address from each.
+					"ranges": [][]ipRange{
+						{{Subnet: netns.PodCIDR, RangeStart: "198.18.1.0", Gateway: netns.Gateway}},
+						{{Subnet: netns.PodCIDRV6, RangeStart: "fd00:198:18::1:0", Gateway: netns.GatewayV6}},
+					},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}, {"dst": "::/0"}},
 				},
 			},
 			{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
@@ -257,15 +264,16 @@ func KubeletConfig(l Layout, p Params) ([]byte, error) {
 func ProxyConfig(p Params) ([]byte, error) {
 	zero := &metav1.Duration{}
 	cfg := kubeproxyv1alpha1.KubeProxyConfiguration{
-		TypeMeta:           metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
-		HostnameOverride:   p.NodeName,
-		Mode:               "iptables",
-		ClusterCIDR:        netns.PodCIDR,
+		TypeMeta:         metav1.TypeMeta{APIVersion: "kubeproxy.config.k8s.io/v1alpha1", Kind: "KubeProxyConfiguration"},
+		HostnameOverride: p.NodeName,
+		Mode:             "iptables",
+		// Both families: kube-proxy programs iptables and ip6tables.
+		ClusterCIDR:        netns.PodCIDR + "," + netns.PodCIDRV6,
 		DetectLocalMode:    "ClusterCIDR",
 		BindAddress:        "0.0.0.0",
 		HealthzBindAddress: fmt.Sprintf("127.0.0.1:%d", ProxyHealthzPort),
 		MetricsBindAddress: fmt.Sprintf("127.0.0.1:%d", ProxyMetricsPort),
-		NodePortAddresses:  []string{netns.Gateway + "/32"},
+		NodePortAddresses:  []string{netns.Gateway + "/32", netns.GatewayV6 + "/128"},
 		OOMScoreAdj:        ptr.To[int32](0),
 		IPTables: kubeproxyv1alpha1.KubeProxyIPTablesConfiguration{
 			// route_localnet is a host-wide sysctl.
@@ -309,7 +317,8 @@ func kubeletArgs(binary, config string, l Layout, p Params) []string {
 		"--kubeconfig=" + p.KubeletKubeconfig,
 		"--hostname-override=" + p.NodeName,
 		// The namespace has no default route to guess an address from.
-		"--node-ip=" + netns.Gateway,
+		// One per family, IPv4 first: a dual-stack node.
+		"--node-ip=" + netns.Gateway + "," + netns.GatewayV6,
 		"--root-dir=" + l.Kubelet,
 		"--cert-dir=" + l.Kubelet + "/pki",
 		"--v=2",

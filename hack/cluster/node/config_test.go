@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"flag"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,9 +80,14 @@ func TestConfigsStayInTheNode(t *testing.T) {
 			if c := strings.IndexByte(line, '#'); c >= 0 {
 				line = line[:c] // comments may say what is outside
 			}
-			for _, f := range strings.FieldsFunc(line, func(r rune) bool { return strings.ContainsRune(" \"'=:,[]", r) }) {
-				if strings.HasPrefix(f, "/") && !strings.HasPrefix(f, "/state/") && f != testParams.Runc && f != testParams.CNIBinDir && f != testLayout.CgroupRoot {
-					t.Errorf("%s names %s, outside the node's directory: %q", name, f, line)
+			for _, v := range strings.FieldsFunc(line, func(r rune) bool { return strings.ContainsRune(" \"'=,[]", r) }) {
+				if _, err := netip.ParsePrefix(v); err == nil {
+					continue // an address range, whose IPv6 colons are not a separator
+				}
+				for _, f := range strings.Split(v, ":") {
+					if strings.HasPrefix(f, "/") && !strings.HasPrefix(f, "/state/") && f != testParams.Runc && f != testParams.CNIBinDir && f != testLayout.CgroupRoot {
+						t.Errorf("%s names %s, outside the node's directory: %q", name, f, line)
+					}
 				}
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"slices"
@@ -118,6 +119,17 @@ type Config struct {
 	// serves them as if it had never left. Past it, they are answered
 	// 503 service-gone at once. DefaultGoneGrace if 0.
 	GoneGrace time.Duration
+	// ServePort, if set, serves every service's own port (Service.Port):
+	// the activator keeps a listener open on each and hands it to
+	// ServePort (an http.Server's Serve with the activator as its
+	// handler), and routes a request that arrived on a service's port to
+	// that service, whatever its Host. ServePort returns once the listener
+	// is closed. Nil opens no port of a service's: services are routed by
+	// Host.
+	ServePort func(net.Listener) error
+	// ListenPort opens a service's port; ListenPort (every address, both
+	// families) if nil.
+	ListenPort func(port int) (net.Listener, error)
 	// Registerer receives the Prometheus metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Clock is the time source; the real clock if nil.
@@ -161,6 +173,9 @@ type Activator struct {
 	// peers is how many activators share each service's capacity
 	// (PeerSource); 1 otherwise.
 	peers atomic.Int64
+	// ports serves the services' own ports; nil without
+	// Config.ServePort.
+	ports *servicePorts
 }
 
 // New returns an Activator, or an error naming a bad Config field.
@@ -236,6 +251,14 @@ func New(cfg Config) (*Activator, error) {
 		probeSlots:  make(chan struct{}, cfg.MaxProbes),
 		limits:      newWaitLimits(cfg.MaxHeld, cfg.CallerQueueDepth),
 		synced:      make(chan struct{}),
+	}
+	if cfg.ServePort != nil {
+		listen := cfg.ListenPort
+		if listen == nil {
+			listen = ListenPort
+		}
+		a.ports = &servicePorts{serve: cfg.ServePort, listen: listen, log: cfg.Logger,
+			open: map[int]net.Listener{}, failed: map[int]string{}}
 	}
 	a.table.Store(newRouteTable())
 	a.peers.Store(1)
@@ -348,6 +371,7 @@ func (a *Activator) sync(services []Service) {
 	}
 	next := newRouteTable()
 	var claims []claim
+	ports := map[int]*target{}
 	for _, sv := range services {
 		// A key made by service.Parse or service.New is valid; one a Source
 		// built by hand may not be, and would route and report nonsense.
@@ -381,8 +405,28 @@ func (a *Activator) sync(services []Service) {
 		if len(sv.ClaimedHosts) > 0 {
 			claims = append(claims, claim{t, sv})
 		}
+		switch other := ports[sv.Port]; {
+		case sv.Port == 0:
+		case sv.Port < 0 || sv.Port > 65535:
+			a.log.Error("a service's port is no port; the service is routed by Host only",
+				zap.String("service", t.name), zap.Int("port", sv.Port))
+		case other != nil:
+			a.log.Error("a port given to two services; keeping the first",
+				zap.Int("port", sv.Port), zap.String("service", t.name), zap.String("first", other.name))
+		default:
+			ports[sv.Port] = t
+		}
 	}
 	a.applyClaims(next, claims)
+	if a.ports != nil {
+		want := make(map[int]bool, len(ports))
+		for p := range ports {
+			want[p] = true
+		}
+		for p := range a.ports.set(want) {
+			next.byPort[p] = ports[p]
+		}
+	}
 	now := a.clk.Now()
 	for key, t := range old.byKey {
 		if next.byKey[key] != nil {
@@ -430,7 +474,7 @@ func (a *Activator) expireGone() {
 	if len(expired) == 0 {
 		return
 	}
-	next := &routeTable{byHost: old.byHost, byKey: old.byKey, gone: maps.Clone(old.gone)}
+	next := &routeTable{byHost: old.byHost, byKey: old.byKey, byPort: old.byPort, gone: maps.Clone(old.gone)}
 	for _, t := range expired {
 		delete(next.gone, t.key)
 		t.close()

@@ -72,6 +72,8 @@ func ServiceFrom(ctx context.Context) (service.Key, bool) {
 type routeTable struct {
 	byHost map[string]*target
 	byKey  map[service.Key]*target
+	// byPort holds the services' own ports that are open.
+	byPort map[int]*target
 	// gone are services that left the Source holding requests, within
 	// their grace (Config.GoneGrace): nothing new routes to them, but
 	// their held requests wait for them to come back and are reported.
@@ -79,7 +81,7 @@ type routeTable struct {
 }
 
 func newRouteTable() *routeTable {
-	return &routeTable{byHost: map[string]*target{}, byKey: map[service.Key]*target{}, gone: map[service.Key]*target{}}
+	return &routeTable{byHost: map[string]*target{}, byKey: map[service.Key]*target{}, byPort: map[int]*target{}, gone: map[service.Key]*target{}}
 }
 
 // clusterLocalNames returns the names a service is reachable by inside the
@@ -90,11 +92,23 @@ func clusterLocalNames(key service.Key, domain string) []string {
 }
 
 // lookup finds the service for r: the one WithService named, else the one
-// its Host names; nil if there is none. It allocates nothing unless Host
-// has upper-case letters.
+// whose own port r arrived on, else the one its Host names; nil if there
+// is none. It allocates nothing unless Host has upper-case letters.
+//
+// On a service's port, the Host is not read at all: an ingress controller
+// sends the public host, a client of the Service's cluster IP whatever it
+// dialled. A request on a port that has just been closed (on a connection
+// accepted before) is routed by Host, as on the activator's own port: a
+// caller may name any service there, and is judged by that service's
+// callers.
 func (t *routeTable) lookup(r *http.Request) *target {
 	if key, ok := ServiceFrom(r.Context()); ok {
 		return t.byKey[key]
+	}
+	if len(t.byPort) > 0 {
+		if s := t.byPort[localPort(r)]; s != nil {
+			return s
+		}
 	}
 	return t.byHost[normalizeHost(r.Host)]
 }

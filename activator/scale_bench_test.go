@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -561,4 +563,127 @@ func (c countingConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// BenchmarkScalePorts measures what the services' own ports cost at
+// 10,000 services (docs/routing.md#what-the-ports-cost): the same Source
+// of scaleServices services, each with a port, is routed by one activator
+// that opens no port and by one that opens every one (on loopback, each a
+// listener served by an http.Server, as cmd/activator serves them), and
+// the difference is the ports' share:
+//
+//   - open-ns/port: applying the services with their ports, against
+//     without, per port;
+//   - fds/port, goroutines/port: file descriptors and goroutines held;
+//   - heap-B/port, rss-B/port: memory, after garbage collection;
+//   - lookup: finding a request's service by the port it arrived on,
+//     against by its Host (BenchmarkScale's lookup).
+func BenchmarkScalePorts(b *testing.B) {
+	svcs := make([]Service, scaleServices)
+	for i := range svcs {
+		svcs[i] = Service{Key: scaleKey(i), Port: ports0 + i}
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	b.Cleanup(func() { srv.Close() })
+
+	type cost struct {
+		took                  time.Duration
+		heap, rss, fds, gorts float64
+	}
+	measure := func(serve bool) (*Activator, cost) {
+		src := newPrefixSource(svcs)
+		a, err := New(Config{Source: src, Registerer: prometheus.NewRegistry(), Clock: clock.RealClock{},
+			ServePort: func(ln net.Listener) error {
+				if !serve {
+					return nil
+				}
+				return srv.Serve(ln)
+			},
+			// Each on its own port, as on a pod: binding port 0 instead
+			// has the kernel search for a free port, longer the more are
+			// bound.
+			ListenPort: func(port int) (net.Listener, error) {
+				return net.Listen("tcp", net.JoinHostPort(portsHost, strconv.Itoa(port)))
+			},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !serve {
+			a.ports = nil
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { a.Run(ctx); close(done) }()
+		b.Cleanup(func() { cancel(); <-done })
+		<-a.Synced()
+		g0 := runtime.NumGoroutine()
+		heap0, rss0 := settle(b, g0)
+		fds0 := openFiles(b)
+		start := time.Now()
+		src.show(len(svcs))
+		for len(a.table.Load().byKey) != len(svcs) {
+			<-*a.tableChanged.Load()
+		}
+		took := time.Since(start)
+		g1 := runtime.NumGoroutine()
+		heap1, rss1 := settle(b, g1)
+		n := float64(len(svcs))
+		return a, cost{took: took, heap: perService(heap1, heap0, len(svcs)), rss: perService(rss1, rss0, len(svcs)),
+			fds: float64(openFiles(b)-fds0) / n, gorts: float64(g1-g0) / n}
+	}
+	_, without := measure(false)
+	a, with := measure(true)
+	if got := len(a.table.Load().byPort); got != len(svcs) {
+		b.Fatalf("%d ports open on %s, want %d: ports %d-%d must be free there", got, portsHost, len(svcs), ports0, ports0+len(svcs)-1)
+	}
+	b.Run(fmt.Sprintf("services=%d/cost", len(svcs)), func(b *testing.B) {
+		for b.Loop() {
+		}
+		n := float64(len(svcs))
+		b.ReportMetric(float64(with.took-without.took)/n, "open-ns/port")
+		b.ReportMetric(with.fds-without.fds, "fds/port")
+		b.ReportMetric(with.gorts-without.gorts, "goroutines/port")
+		b.ReportMetric(with.heap-without.heap, "heap-B/port")
+		if with.rss != 0 {
+			b.ReportMetric(with.rss-without.rss, "rss-B/port")
+		}
+	})
+	b.Run(fmt.Sprintf("services=%d/lookup-by-port", len(svcs)), func(b *testing.B) {
+		tab := a.table.Load()
+		reqs := make([]*http.Request, len(svcs))
+		for i := range reqs {
+			r := httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Host = "shop.example.com"
+			reqs[i] = r.WithContext(context.WithValue(r.Context(), http.LocalAddrContextKey, &net.TCPAddr{Port: ports0 + i}))
+		}
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			if tab.lookup(reqs[i]) == nil {
+				b.Fatalf("no service for port %d", localPort(reqs[i]))
+			}
+			if i++; i == len(reqs) {
+				i = 0
+			}
+		}
+	})
+}
+
+// ports0 is the first port BenchmarkScalePorts gives a service, on
+// portsHost; ports0 to ports0+scaleServices-1 must be free there.
+const (
+	ports0    = 10000
+	portsHost = "127.0.0.86"
+)
+
+// openFiles counts this process's open file descriptors.
+func openFiles(b *testing.B) int {
+	b.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		b.Skip("no /proc/self/fd here:", err)
+	}
+	return len(fds)
 }

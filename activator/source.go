@@ -39,6 +39,10 @@ type Service struct {
 	// ClaimedAt orders claims: when the service first claimed its hosts
 	// (the pods-Service's creation on Kubernetes).
 	ClaimedAt time.Time
+	// Port is the service's own port on the activator, when it has one
+	// (Config.ServePort): a request that arrives on it is for this
+	// service, whatever its Host. 0: none.
+	Port int
 	// ContainerConcurrency is how many requests one pod takes at once; 0
 	// means unbounded.
 	ContainerConcurrency int

@@ -12,6 +12,7 @@ import (
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/swell-run/swell/kube/ports"
 	"github.com/swell-run/swell/pkg/network"
 )
 
@@ -76,8 +77,10 @@ func TestNetworkPoliciesCloseAdminPorts(t *testing.T) {
 			t.Errorf("%s: the metrics port 9090 is admitted by %+v; want a rule naming Prometheus, and no rule from anywhere", name, rules)
 		}
 	}
-	if _, any := admits(policies["activator"], 8012); !any {
-		t.Error("activator: the serving port 8012 is not open to every caller; the activator stands in for every service's pods")
+	for _, port := range []int{8012, ports.DefaultRange.First, ports.DefaultRange.Last} {
+		if _, any := admits(policies["activator"], port); !any {
+			t.Errorf("activator: port %d is not open to every caller; the activator stands in for every service's pods on it", port)
+		}
 	}
 }
 

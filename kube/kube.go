@@ -136,6 +136,10 @@ func PodsServiceName(deployment string) string { return suffixed(deployment, "-s
 // Service named service.
 func RouteSliceName(service string) string { return suffixed(service, "-swell") }
 
+// RouteSliceNameIPv6 is the name of the EndpointSlice Swell writes for
+// the IPv6 family of the Service named service, when it has one.
+func RouteSliceNameIPv6(service string) string { return suffixed(service, "-swell-ipv6") }
+
 // suffixed appends suffix to name. A result that would not be a DNS-1035
 // label (too long, a dot, a leading digit) is made one: the name is cleaned
 // and cut, and a hash of all of it keeps names distinct.

@@ -119,8 +119,12 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 		Registerer: reg,
 		Logger:     log,
 	}
+	// The services' own ports are served as the serving port is, by the
+	// same server (made below, once the activator exists).
+	var srvs servers
 	if kmode != nil {
 		kmode.configure(&acfg)
+		acfg.ServePort = func(ln net.Listener) error { return srvs.serving.Serve(ln) }
 	}
 	act, err := activator.New(acfg)
 	if err != nil {
@@ -154,7 +158,7 @@ func run(args []string, lookupEnv func(string) (string, bool), stdout, stderr io
 	}
 
 	d := drain.New(clock.RealClock{}, cfg.DrainQuietPeriod, cfg.DrainTimeout)
-	srvs := newServers(d.Handler(act), adminHandler(d, act), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srvs = newServers(d.Handler(act), adminHandler(d, act), promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

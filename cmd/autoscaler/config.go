@@ -15,6 +15,7 @@ import (
 	"github.com/swell-run/swell/autoscaler"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/inject"
+	"github.com/swell-run/swell/kube/ports"
 	"github.com/swell-run/swell/pkg/envflag"
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
@@ -70,6 +71,9 @@ type config struct {
 	// kube/buckets); Peers selects the replicas' Pods.
 	Buckets int
 	Peers   string
+	// ServicePorts are the ports the activators open, one per routed
+	// Deployment (package kube/ports).
+	ServicePorts ports.Range
 
 	LogLevel, LogFormat string
 }
@@ -92,6 +96,7 @@ func defaultConfig() config {
 		RenewDeadline: 10 * time.Second,
 		RetryPeriod:   2 * time.Second,
 		Buckets:       1,
+		ServicePorts:  ports.DefaultRange,
 		Peers:         "app.kubernetes.io/name=swell-autoscaler",
 		LogLevel:      "info",
 		LogFormat:     logging.FormatAuto,
@@ -160,6 +165,8 @@ func bind(cfg *config) *envflag.Set {
 		"how long the leader keeps trying to renew before it gives up the lead", envflag.DurationAtLeast(time.Second))
 	envflag.Var(s, &cfg.RetryPeriod, "retry-period", "RETRY_PERIOD", cfg.RetryPeriod,
 		"how often a follower tries to take the lead", envflag.DurationAtLeast(100*time.Millisecond))
+	envflag.Var(s, &cfg.ServicePorts, "service-ports", "SERVICE_PORTS", cfg.ServicePorts,
+		"the ports, first-last, of which each routed Deployment gets one that every activator opens: its route slices list the activators on it, so that the activators know the service from the port, whatever the Host (keep them below 32768, Linux's ephemeral ports)", ports.ParseRange)
 	envflag.Var(s, &cfg.Buckets, "buckets", "BUCKETS", cfg.Buckets,
 		"buckets the services are divided into, each led by one replica through its own Lease, spread evenly over the ready replicas (1: one leader for all)",
 		bucketCount)

@@ -166,9 +166,11 @@ func (a *app) run(ctx context.Context) error {
 	}
 
 	factory := informers.NewSharedInformerFactory(a.client, 10*time.Minute)
+	sysFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 10*time.Minute, informers.WithNamespace(cfg.Namespace))
 	router, err := routing.New(routing.Config{
 		Client: a.client, Informers: factory, SystemNamespace: cfg.Namespace,
 		Logger: log.Named("routing"), Recorder: recorder, Owns: owns,
+		ServicePorts: cfg.ServicePorts, SystemInformers: sysFactory,
 	})
 	if err != nil {
 		return err
@@ -184,7 +186,6 @@ func (a *app) run(ctx context.Context) error {
 	// checked with the TokenReview API; its reports must name that pod.
 	// Only from an activator pod's address, and only from the pod a token
 	// is bound to: Swell's own namespace's pods, watched.
-	sysFactory := informers.NewSharedInformerFactoryWithOptions(a.client, 10*time.Minute, informers.WithNamespace(cfg.Namespace))
 	activatorPods, err := activatorauth.NewPods(sysFactory.Core().V1().Pods(), kube.ActivatorServiceAccount)
 	if err != nil {
 		return err

@@ -227,7 +227,7 @@ func portNamed(es *discoveryv1.EndpointSlice, name string) (string, bool) {
 
 // equal reports whether a and b would route the same.
 func equal(a, b activator.Service) bool {
-	return a.Key == b.Key && a.ContainerConcurrency == b.ContainerConcurrency &&
+	return a.Key == b.Key && a.Port == b.Port && a.ContainerConcurrency == b.ContainerConcurrency &&
 		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.Pods, b.Pods) &&
 		slices.Equal(a.ClaimedHosts, b.ClaimedHosts) && a.ClaimedAt.Equal(b.ClaimedAt) &&
 		a.Callers.Any == b.Callers.Any && slices.Equal(a.Callers.Namespaces, b.Callers.Namespaces)

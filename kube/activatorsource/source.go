@@ -48,6 +48,7 @@ import (
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/ports"
 	"github.com/swell-run/swell/pkg/service"
 )
 
@@ -97,6 +98,8 @@ type Source struct {
 	// roots are the CAs of kube.CAConfigMap; nil while it is absent.
 	roots   atomic.Pointer[x509.CertPool]
 	callers *podDirectory
+	// ports is the table of the services' own ports (package kube/ports).
+	ports *ports.Index
 	// judge tells the activator who calls and whether a service's
 	// NetworkPolicies admit them.
 	judge  *callerJudge
@@ -142,6 +145,7 @@ func New(cfg Config) (*Source, error) {
 		callers:         newPodDirectory(),
 	}
 	s.judge = newCallerJudge(s.callers)
+	s.ports = ports.NewIndex()
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -224,6 +228,20 @@ func New(cfg Config) (*Source, error) {
 		return nil, err
 	}
 
+	// The table of the services' own ports, which the autoscaler writes
+	// in the system namespace: a service's port comes from it, never from
+	// anything a tenant can write. Among the caches waited for: until the
+	// activator has opened every port, it is not ready.
+	portsFactory := selected(ports.LabelTable+"=true", informers.WithNamespace(s.systemNamespace))
+	portsReg, err := portsFactory.Core().V1().ConfigMaps().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.portsChanged(obj, false) },
+		UpdateFunc: func(_, obj any) { s.portsChanged(obj, false) },
+		DeleteFunc: func(obj any) { s.portsChanged(obj, true) },
+	})
+	if err != nil {
+		return nil, err
+	}
+
 	// A pod that has ended no longer holds its address: the API server
 	// sends its deletion as it leaves the selection.
 	// A pod that comes to hold an address, or leaves it, changes which
@@ -242,7 +260,7 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.synced = append([]cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced, actReg.HasSynced}, judged...)
+	s.synced = append([]cache.InformerSynced{svcReg.HasSynced, sliceReg.HasSynced, asInf.Informer().HasSynced, podReg.HasSynced, actReg.HasSynced, portsReg.HasSynced}, judged...)
 	return s, nil
 }
 
@@ -338,21 +356,29 @@ func (s *Source) notifyAutoscaler() {
 	}
 }
 
-// Peers implements activator.PeerSource: the ready endpoints of the
-// Service kube.ActivatorService in the system namespace, at least 1 (this
+// Peers implements activator.PeerSource: the ready activators the
+// Service kube.ActivatorService in the system namespace lists, at least 1 (this
 // activator, before it is ready or listed).
 func (s *Source) Peers() int {
 	eps, err := s.activators.EndpointSlices(s.systemNamespace).List(labels.Everything())
 	if err != nil {
 		return 1
 	}
+	// An activator is listed once per address family (the Service
+	// prefers dual stack): counted by its pod where the endpoint names
+	// it, else by its IPv4 address alone.
 	seen := map[string]bool{}
 	for _, es := range eps {
 		for _, ep := range es.Endpoints {
 			if len(ep.Addresses) == 0 || !ptr.Deref(ep.Conditions.Ready, true) || ptr.Deref(ep.Conditions.Terminating, false) {
 				continue
 			}
-			seen[ep.Addresses[0]] = true
+			switch {
+			case ep.TargetRef != nil && ep.TargetRef.Name != "":
+				seen["pod "+ep.TargetRef.Name] = true
+			case es.AddressType == discoveryv1.AddressTypeIPv4:
+				seen[ep.Addresses[0]] = true
+			}
 		}
 	}
 	return max(len(seen), 1)
@@ -412,6 +438,22 @@ func (s *Source) AutoscalerLeaders() []string {
 		return []string{""}
 	}
 	return leaders(eps, kube.PortNameHTTP)
+}
+
+// portsChanged records what the table's ConfigMap obj says now, and
+// rebuilds the services whose port changed.
+func (s *Source) portsChanged(obj any, deleted bool) {
+	cm, ok := unwrap(obj).(*corev1.ConfigMap)
+	if !ok {
+		return
+	}
+	changed, problems := s.ports.Set(cm, deleted)
+	if len(problems) > 0 {
+		s.log.Error("the service ports table holds entries Swell did not write; ignored", zap.Errors("problems", problems))
+	}
+	for _, k := range changed {
+		s.sync(k.Namespace, k.Name)
+	}
 }
 
 // serviceChanged rebuilds the services that old and obj (either may be nil)
@@ -531,6 +573,7 @@ func (s *Source) build(key service.Key) (activator.Service, bool, error) {
 		}
 	}
 	sv, err := toService(key, svc, eps, s.callers, s.domain)
+	sv.Port, _ = s.ports.Port(key)
 	return sv, true, err
 }
 

@@ -22,11 +22,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/swell-run/swell/activator"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/ports"
 	"github.com/swell-run/swell/pkg/service"
 )
 
@@ -61,7 +63,7 @@ func TestSyncedSourceListsServices(t *testing.T) {
 
 // TestListsOnlySwellObjects: the informers ask the API server only for
 // pods-Services, their slices, the autoscaler's and the activators' slices,
-// the CA ConfigMap, the pods that have not ended, and what callers are
+// the CA ConfigMap and the service ports table, the pods that have not ended, and what callers are
 // judged by: the opted-in Deployments, the namespaces and the
 // NetworkPolicies.
 func TestListsOnlySwellObjects(t *testing.T) {
@@ -77,6 +79,7 @@ func TestListsOnlySwellObjects(t *testing.T) {
 	sys := kube.DefaultSystemNamespace
 	want := []string{
 		"configmaps in " + sys + ":  metadata.name=" + kube.CAConfigMap,
+		"configmaps in " + sys + ": " + ports.LabelTable + "=true ",
 		"deployments in : " + kube.LabelEnabled + "=true ",
 		"endpointslices in : " + kube.LabelDeployment + ",!" + kube.LabelRoute + " ",
 		"endpointslices in " + sys + ": " + discoveryv1.LabelServiceName + "=" + kube.ActivatorService + " ",
@@ -436,6 +439,30 @@ func TestPeers(t *testing.T) {
 			t.Fatalf("Peers = %d, want the 3 ready, not terminating", src.Peers())
 		}
 	}
+	// Dual stack: the same activators listed again by their IPv6
+	// addresses are no more activators; one listed by IPv6 alone, with no
+	// pod named, is not counted.
+	es6 := endpointSlice(act, kube.ActivatorService+"-v6", discoveryv1.AddressTypeIPv6, kube.PortNameHTTP, 8012,
+		endpoint("fd00::1", "act-1", true, false), endpoint("fd00::2", "act-2", true, false),
+		endpoint("fd00::3", "act-3", true, false), endpoint("fd00::9", "", true, false))
+	if _, err := cs.DiscoveryV1().EndpointSlices(es6.Namespace).Create(t.Context(), es6, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitSlices := time.After(testTimeout)
+	for {
+		list, _ := src.activators.EndpointSlices(es6.Namespace).List(labels.Everything())
+		if len(list) == 2 {
+			break
+		}
+		select {
+		case <-src.Changed():
+		case <-waitSlices:
+			t.Fatal("the IPv6 slice never reached the cache")
+		}
+	}
+	if n := src.Peers(); n != 3 {
+		t.Errorf("Peers with the IPv6 twin = %d, want 3", n)
+	}
 }
 
 // TestPodsFollowThePodsInformer: an endpoint counts as the service's pod
@@ -465,5 +492,42 @@ func TestPodsFollowThePodsInformer(t *testing.T) {
 	waitUntil(t, src, "dropped the pod once it has gone, though the slice still lists it", func(s []activator.Service) bool {
 		sv, _ := find(s, "shop/web")
 		return len(sv.Pods) == 0
+	})
+}
+
+// TestServicePortFromTheTable: a service's own port is the one the ports
+// table in the system namespace gives its key, and follows it; an
+// annotation on the pods-Service claiming a port, which anyone who may
+// edit Services in the namespace can write, gives none.
+func TestServicePortFromTheTable(t *testing.T) {
+	sys := kube.DefaultSystemNamespace
+	table := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: sys, Name: ports.ConfigMapName(20001), Labels: map[string]string{ports.LabelTable: "true"}},
+		Data:       map[string]string{"20001": "shop/web"},
+	}
+	web := podsService("shop", "web", "swell.run/service-port", "20005")
+	api := podsService("shop", "api", "swell.run/service-port", "20001")
+	src, client := started(t, table, web, api)
+	waitUntil(t, src, "web on port 20001", func(svcs []activator.Service) bool {
+		w, ok := find(svcs, "shop/web")
+		a, _ := find(svcs, "shop/api")
+		return ok && w.Port == 20001 && a.Port == 0
+	})
+	table.Data = map[string]string{"20001": "released 2030-01-01T00:00:00Z", "20002": "shop/web", "20003": "shop/api"}
+	if _, err := client.CoreV1().ConfigMaps(sys).Update(bg, table, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "web on 20002, api on 20003", func(svcs []activator.Service) bool {
+		w, _ := find(svcs, "shop/web")
+		a, _ := find(svcs, "shop/api")
+		return w.Port == 20002 && a.Port == 20003
+	})
+	if err := client.CoreV1().ConfigMaps(sys).Delete(bg, table.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, src, "no ports once the table is gone", func(svcs []activator.Service) bool {
+		w, _ := find(svcs, "shop/web")
+		a, _ := find(svcs, "shop/api")
+		return w.Port == 0 && a.Port == 0
 	})
 }

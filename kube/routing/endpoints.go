@@ -34,25 +34,30 @@ type endpoint struct {
 	targetRef *corev1.ObjectReference
 }
 
-// readyEndpoints returns the ready IPv4 endpoints of slices that keep
-// accepts (nil: all), each address once (the first slice by name that
-// lists it wins), sorted by address.
-func readyEndpoints(ss []*discoveryv1.EndpointSlice, keep func(*discoveryv1.Endpoint) bool) []endpoint {
+// anyFamily asks readyEndpoints for the endpoints of both families.
+const anyFamily discoveryv1.AddressType = ""
+
+// readyEndpoints returns the ready endpoints of family (anyFamily: IPv4
+// and IPv6) of slices that keep accepts (nil: all), each address once (the
+// first slice by name that lists it wins), sorted by address.
+func readyEndpoints(ss []*discoveryv1.EndpointSlice, family discoveryv1.AddressType, keep func(*discoveryv1.Endpoint) bool) []endpoint {
 	ss = slices.Clone(ss)
 	slices.SortFunc(ss, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	seen := map[netip.Addr]bool{}
 	var out []endpoint
 	for _, s := range ss {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 ||
+			family != anyFamily && s.AddressType != family {
 			continue
 		}
+		is4 := s.AddressType == discoveryv1.AddressTypeIPv4
 		for _, e := range s.Endpoints {
 			c := e.Conditions
 			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) || len(e.Addresses) == 0 || keep != nil && !keep(&e) {
 				continue
 			}
 			ip, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil || !ip.Is4() || seen[ip] {
+			if err != nil || ip.Is4() != is4 || ip.Is4In6() || ip.Zone() != "" || seen[ip] {
 				continue
 			}
 			seen[ip] = true
@@ -133,8 +138,13 @@ func (r *Router) slicesOf(ns, name string) []*discoveryv1.EndpointSlice {
 // route slice keeps the caller's address, so the pod's NetworkPolicies
 // still apply.
 func (r *Router) podEndpoints(key service.Key) ([]endpoint, bool) {
+	return r.podEndpointsOf(key, discoveryv1.AddressTypeIPv4)
+}
+
+// podEndpointsOf is podEndpoints of one address family.
+func (r *Router) podEndpointsOf(key service.Key, family discoveryv1.AddressType) ([]endpoint, bool) {
 	ss := r.slicesOf(key.Namespace, kube.PodsServiceName(key.Name))
-	return readyEndpoints(ss, func(e *discoveryv1.Endpoint) bool {
+	return readyEndpoints(ss, family, func(e *discoveryv1.Endpoint) bool {
 		ref := e.TargetRef
 		return ref != nil && ref.Kind == "Pod" && ref.Name != "" && (ref.Namespace == "" || ref.Namespace == key.Namespace)
 	}), len(ss) > 0
@@ -147,10 +157,10 @@ type activator struct {
 }
 
 // activatorEndpoints returns the ready endpoints of the activator's
-// Service on its port kube.PortNameHTTP. Should its slices disagree on
-// that port (a change being rolled out), the port most endpoints have
-// wins, the lowest on a tie.
-func (r *Router) activatorEndpoints() activator {
+// Service on its port kube.PortNameHTTP, of family (anyFamily: both).
+// Should its slices disagree on that port (a change being rolled out),
+// the port most endpoints have wins, the lowest on a tie.
+func (r *Router) activatorEndpoints(family discoveryv1.AddressType) activator {
 	ss := r.slicesOf(r.sysNS, kube.ActivatorService)
 	byPort := map[int32][]*discoveryv1.EndpointSlice{}
 	for _, s := range ss {
@@ -163,7 +173,7 @@ func (r *Router) activatorEndpoints() activator {
 	}
 	var best activator
 	for _, port := range slices.Sorted(maps.Keys(byPort)) {
-		eps := readyEndpoints(byPort[port], nil)
+		eps := readyEndpoints(byPort[port], family, nil)
 		if len(eps) > len(best.endpoints) {
 			best = activator{endpoints: eps, port: port}
 		}

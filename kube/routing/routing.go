@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,7 @@ import (
 
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/kube"
+	"github.com/swell-run/swell/kube/ports"
 	"github.com/swell-run/swell/pkg/service"
 )
 
@@ -82,7 +84,24 @@ type Config struct {
 	// Owns, if set, says which Deployments this replica routes: those of
 	// the buckets of services it leads (package kube/buckets). Nil: all.
 	Owns func(service.Key) bool
+	// ServicePorts, when set, gives every routed Deployment a port of its
+	// own on the activators, from this range (package kube/ports): route
+	// slices list the activators on it, and the activators know the
+	// service from the port. Zero: route slices list the activators'
+	// shared port, where they route by Host (tests of other things).
+	ServicePorts ports.Range
+	// SystemInformers watches the system namespace; required with
+	// ServicePorts. New registers the ConfigMaps informer of the ports
+	// table on it; the caller starts it.
+	SystemInformers informers.SharedInformerFactory
+	// Dial reports whether addr (ip:port) takes connections; a route slice
+	// lists an activator on a service's port only once it does. Default:
+	// a TCP connection, closed at once, within DialTimeout.
+	Dial func(ctx context.Context, addr string) error
 }
+
+// DialTimeout bounds the default Config.Dial.
+const DialTimeout = time.Second
 
 // Router reconciles the routing of opted-in Deployments, keyed by the
 // Deployment's namespace/name. Its methods are safe for concurrent use.
@@ -118,6 +137,13 @@ type Router struct {
 	warned   map[types.UID]map[string]string
 	seen     map[service.Key]observed
 	onChange []func(service.Key)
+
+	// ports hands out the service ports; nil without Config.ServicePorts.
+	ports *ports.Allocator
+	dial  func(ctx context.Context, addr string) error
+	// opened holds the activators' addresses with a service's port that
+	// took a connection: the activator there has opened it.
+	opened map[netip.AddrPort]bool
 }
 
 // observed is what OnChange callbacks were last told about a Deployment.
@@ -171,6 +197,11 @@ func New(cfg Config) (*Router, error) {
 		return nil, fmt.Errorf("routing: %w", err)
 	}
 	r.sliceIndex = sliceInf.Informer().GetIndexer()
+	if cfg.ServicePorts != (ports.Range{}) {
+		if err := r.watchPorts(cfg); err != nil {
+			return nil, err
+		}
+	}
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -242,6 +273,13 @@ func (r *Router) Run(ctx context.Context, workers int) error {
 		return fmt.Errorf("routing: wait for the informers' caches: %w", context.Cause(ctx))
 	}
 	r.log.Info("routing running", zap.Int("workers", workers), zap.String("system-namespace", r.sysNS))
+	if r.ports != nil {
+		// A port whose Deployment went while no replica routed it is
+		// given back by that Deployment's reconcile.
+		for _, k := range r.ports.Index.Keys() {
+			r.queue.Add(k)
+		}
+	}
 
 	var wg sync.WaitGroup
 	for range workers {
@@ -472,6 +510,13 @@ func (r *Router) Resync(match func(service.Key) bool) {
 		}
 	}
 	r.mu.Unlock()
+	if r.ports != nil {
+		for _, k := range r.ports.Index.Keys() {
+			if match(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
 	for _, k := range keys {
 		r.queue.Add(k)
 	}
@@ -533,6 +578,7 @@ func (r *Router) sliceChanged(obj any, _ bool) {
 // activator get its new endpoints, and those that wait for an endpoint may
 // now be routed.
 func (r *Router) activatorChanged() {
+	r.forgetActivators(r.activatorEndpoints(anyFamily).endpoints)
 	deps, err := r.deployments.List(everything)
 	if err != nil {
 		return

@@ -149,10 +149,22 @@ type harness struct {
 // the tests drive sync themselves unless they call run.
 func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, objs...)
+}
+
+// newHarnessWith is newHarness with the Config tweak changes.
+func newHarnessWith(t *testing.T, tweak func(*Config), objs ...runtime.Object) *harness {
+	t.Helper()
 	client := fake.NewClientset(objs...)
 	factory := informers.NewSharedInformerFactory(client, 0)
+	sysFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(sysNS))
 	rec := record.NewFakeRecorder(100)
-	r, err := New(Config{Client: client, Informers: factory, SystemNamespace: sysNS, Recorder: rec, Logger: zaptest.NewLogger(t)})
+	cfg := Config{Client: client, Informers: factory, SystemNamespace: sysNS, Recorder: rec, Logger: zaptest.NewLogger(t)}
+	if tweak != nil {
+		cfg.SystemInformers = sysFactory
+		tweak(&cfg)
+	}
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,12 +174,15 @@ func newHarness(t *testing.T, objs ...runtime.Object) *harness {
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
+		sysFactory.Shutdown()
 		r.queue.ShutDown()
 	})
-	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("cache of %v not synced", typ)
+	for _, f := range []informers.SharedInformerFactory{factory, sysFactory} {
+		f.Start(ctx.Done())
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				t.Fatalf("cache of %v not synced", typ)
+			}
 		}
 	}
 	return &harness{t: t, ctx: ctx, client: client, rec: rec, clock: clk, r: r}
@@ -306,7 +321,12 @@ func (h *harness) service(name string) *corev1.Service {
 
 func (h *harness) routeSlice(svc string) *discoveryv1.EndpointSlice {
 	h.t.Helper()
-	s, err := h.client.DiscoveryV1().EndpointSlices(ns).Get(h.ctx, kube.RouteSliceName(svc), metav1.GetOptions{})
+	return h.routeSliceNamed(kube.RouteSliceName(svc))
+}
+
+func (h *harness) routeSliceNamed(name string) *discoveryv1.EndpointSlice {
+	h.t.Helper()
+	s, err := h.client.DiscoveryV1().EndpointSlices(ns).Get(h.ctx, name, metav1.GetOptions{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -354,8 +374,8 @@ func addresses(s *discoveryv1.EndpointSlice) []string {
 	return out
 }
 
-// ports renders a slice's ports as "name/protocol/port".
-func ports(s *discoveryv1.EndpointSlice) []string {
+// slicePorts renders a slice's ports as "name/protocol/port".
+func slicePorts(s *discoveryv1.EndpointSlice) []string {
 	var out []string
 	for _, p := range s.Ports {
 		out = append(out, fmt.Sprintf("%s/%s/%d", *p.Name, *p.Protocol, *p.Port))
@@ -392,7 +412,7 @@ func TestTakeOverWritesTheSliceBeforeTheSelectorGoes(t *testing.T) {
 	})
 	equal(t, "owner", s.OwnerReferences, []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "uid-svc-web", Controller: ptr.To(true)}})
 	equal(t, "address type", s.AddressType, discoveryv1.AddressTypeIPv4)
-	equal(t, "ports", ports(s), []string{"http/TCP/8012"})
+	equal(t, "ports", slicePorts(s), []string{"http/TCP/8012"})
 	equal(t, "endpoints", addresses(s), []string{"10.0.0.9:web-a@n1", "10.0.0.10:web-b@n2"})
 
 	svc := h.service("web")
@@ -481,7 +501,7 @@ func TestPorts(t *testing.T) {
 				equal(t, "services", h.service(kube.PodsServiceName("web")).Annotations[kube.AnnotationServices], "")
 				return
 			}
-			equal(t, "ports", ports(h.routeSlice("web")), tc.want)
+			equal(t, "ports", slicePorts(h.routeSlice("web")), tc.want)
 			// The same problem is recorded once.
 			h.sync()
 			equal(t, "events again", h.events(), []string(nil))
@@ -497,7 +517,7 @@ func TestActivatorRoute(t *testing.T) {
 	equal(t, "writes", h.writes(), []string{"update endpointslices web-swell"})
 	s := h.routeSlice("web")
 	equal(t, "route label", s.Labels[kube.LabelRoute], kube.RouteActivator)
-	equal(t, "ports", ports(s), []string{fmt.Sprintf("http/TCP/%d", actPort)})
+	equal(t, "ports", slicePorts(s), []string{fmt.Sprintf("http/TCP/%d", actPort)})
 	equal(t, "endpoints", addresses(s), []string{"10.9.0.1@n1", "10.9.0.2@n2"})
 	h.settle()
 	eff, req := h.r.Route(web)
@@ -655,7 +675,7 @@ func TestNewRouterReportsTheRouteInEffect(t *testing.T) {
 	svc.Labels = map[string]string{kube.LabelDeployment: "web"}
 	svc.Annotations = map[string]string{kube.AnnotationSelector: `{"app":"web"}`}
 	act := twoActivators()
-	old := routeSlice(svc, "web", svc.Spec.Ports, choice{route: kube.RouteActivator, endpoints: readyEndpoints([]*discoveryv1.EndpointSlice{act}, nil), port: actPort})
+	old := routeSlice(svc, "web", svc.Spec.Ports, choice{route: kube.RouteActivator, endpoints: readyEndpoints([]*discoveryv1.EndpointSlice{act}, discoveryv1.AddressTypeIPv4, nil), port: actPort}, discoveryv1.AddressTypeIPv4)
 	for i := range old.Endpoints {
 		old.Endpoints[i].TargetRef = nil
 	}

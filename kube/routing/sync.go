@@ -69,14 +69,34 @@ func (r *Router) reconcile(ctx context.Context, d *appsv1.Deployment) error {
 		return err
 	}
 
-	pods, podsKnown := r.podEndpoints(key)
-	act := r.activatorEndpoints()
+	var errs []error
+	sides := map[discoveryv1.AddressType]*family{}
+	// side is what the route slices of one address family choose from,
+	// read once per reconcile, and only for the families some Service
+	// has.
+	side := func(f discoveryv1.AddressType) *family {
+		if fs, ok := sides[f]; ok {
+			return fs
+		}
+		fs := &family{}
+		fs.pods, fs.podsKnown = r.podEndpointsOf(key, f)
+		act, opened, err := r.onServicePort(ctx, key, r.activatorEndpoints(f))
+		if err != nil {
+			errs = append(errs, err)
+		} else if !opened {
+			// An activator has yet to open the service port: it is
+			// listed once it has.
+			r.queue.AddAfter(key, portRecheck)
+		}
+		fs.act = act
+		sides[f] = fs
+		return fs
+	}
 	want := r.requestedRoute(key)
 	keep := map[string]bool{}
-	var errs []error
 	for _, c := range cands {
 		keep[c.svc.Name] = true
-		if err := r.takeOver(ctx, d, c, want, pods, podsKnown, act); err != nil {
+		if err := r.takeOver(ctx, d, c, want, side); err != nil {
 			errs = append(errs, fmt.Errorf("Service %s/%s: %w", c.svc.Namespace, c.svc.Name, err))
 		}
 	}
@@ -84,11 +104,84 @@ func (r *Router) reconcile(ctx context.Context, d *appsv1.Deployment) error {
 	return errors.Join(errs...)
 }
 
-// takeOver routes c's Service to d: Swell's EndpointSlice first, then the
-// selector goes, then the slices Kubernetes wrote for the selector.
-func (r *Router) takeOver(ctx context.Context, d *appsv1.Deployment, c candidate, want plan.Route, pods []endpoint, podsKnown bool, act activator) error {
+// family is what a route slice of one address family chooses from: D's
+// ready pods of that family, whether Kubernetes has listed D's pods yet,
+// and the activators of that family that opened D's port.
+type family struct {
+	pods      []endpoint
+	podsKnown bool
+	act       activator
+}
+
+// families are the address families of svc's cluster IPs, the primary
+// first (IPv4 when the API server has not filled them in).
+func families(svc *corev1.Service) []discoveryv1.AddressType {
+	var out []discoveryv1.AddressType
+	for _, f := range svc.Spec.IPFamilies {
+		switch f {
+		case corev1.IPv4Protocol:
+			out = append(out, discoveryv1.AddressTypeIPv4)
+		case corev1.IPv6Protocol:
+			out = append(out, discoveryv1.AddressTypeIPv6)
+		}
+	}
+	if len(out) == 0 {
+		out = []discoveryv1.AddressType{discoveryv1.AddressTypeIPv4}
+	}
+	return out
+}
+
+// routeSliceName is the name of svc's route slice of family f.
+func routeSliceName(svc string, f discoveryv1.AddressType) string {
+	if f == discoveryv1.AddressTypeIPv6 {
+		return kube.RouteSliceNameIPv6(svc)
+	}
+	return kube.RouteSliceName(svc)
+}
+
+// takeOver routes c's Service to d: Swell's EndpointSlices first, one per
+// address family the Service has, then the selector goes, then the slices
+// Kubernetes wrote for the selector. The selector goes once the slice of
+// the Service's primary family lists an endpoint.
+func (r *Router) takeOver(ctx context.Context, d *appsv1.Deployment, c candidate, want plan.Route, side func(discoveryv1.AddressType) *family) error {
 	svc := c.svc
-	name := kube.RouteSliceName(svc.Name)
+	taken := len(svc.Spec.Selector) == 0
+	fams := families(svc)
+	primary := false
+	for i, f := range fams {
+		listed, err := r.writeFamily(ctx, d, c, f, want, side(f), taken)
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			primary = listed
+		}
+	}
+	// A family the Service no longer has (its ipFamilies changed) loses
+	// its slice.
+	for _, s := range r.routeSlicesOf(svc.Namespace, svc.Name) {
+		if s.Labels[kube.LabelDeployment] == d.Name && !slices.Contains(fams, s.AddressType) {
+			if err := r.deleteSlice(ctx, s); err != nil {
+				return err
+			}
+		}
+	}
+	if !primary {
+		return nil
+	}
+	removed, err := r.take(ctx, svc, d.Name)
+	if err != nil {
+		return err
+	}
+	return r.clearKubernetesSlices(ctx, svc, removed)
+}
+
+// writeFamily writes svc's route slice of family f, as NEVER EMPTY
+// chooses, and reports whether the slice lists d's endpoints now (written,
+// or kept from before once the Service is taken).
+func (r *Router) writeFamily(ctx context.Context, d *appsv1.Deployment, c candidate, f discoveryv1.AddressType, want plan.Route, fs *family, taken bool) (bool, error) {
+	svc := c.svc
+	name := routeSliceName(svc.Name, f)
 	r.mu.Lock()
 	delete(r.releasing, types.NamespacedName{Namespace: svc.Namespace, Name: name})
 	r.mu.Unlock()
@@ -98,43 +191,35 @@ func (r *Router) takeOver(ctx context.Context, d *appsv1.Deployment, c candidate
 	case apierrors.IsNotFound(err):
 		cur = nil
 	case err != nil:
-		return err
+		return false, err
 	case !isRouteSlice(cur):
 		r.warn(svc, svc.UID, ReasonNotRouted, "Service %s/%s: EndpointSlice %s exists and is not Swell's: Swell does not route the Service while it does",
 			svc.Namespace, svc.Name, name)
-		return nil
+		return false, nil
 	case cur.Labels[kube.LabelDeployment] != d.Name:
 		// Another Deployment's, being given back: its deletion brings d
 		// here again.
-		return nil
+		return false, nil
 	}
-
-	taken := len(svc.Spec.Selector) == 0
-	if !taken && !podsKnown {
+	if !taken && !fs.podsKnown {
 		// Kubernetes has not listed d's pods yet: the pods route would
 		// fall back to the activator for nothing.
-		return nil
+		return false, nil
 	}
-	ch, ok := choose(want, pods, act)
-	switch {
-	case ok:
-		if len(ch.endpoints) > maxEndpoints {
-			r.log.Warn("a route EndpointSlice holds the first endpoints only", zap.String("service", svc.Namespace+"/"+svc.Name),
-				zap.Int("endpoints", len(ch.endpoints)), zap.Int("max", maxEndpoints))
-		}
-		if err := r.writeSlice(ctx, cur, routeSlice(svc, d.Name, c.ports, ch)); err != nil {
-			return fmt.Errorf("write EndpointSlice %s: %w", name, err)
-		}
-	case cur == nil || !taken:
+	ch, ok := choose(want, fs.pods, fs.act)
+	if !ok {
 		// Neither the pods nor the activator has a ready endpoint: the
-		// Service stays as it is.
-		return nil
+		// slice stays as it is.
+		return cur != nil && taken, nil
 	}
-	removed, err := r.take(ctx, svc, d.Name)
-	if err != nil {
-		return err
+	if len(ch.endpoints) > maxEndpoints {
+		r.log.Warn("a route EndpointSlice holds the first endpoints only", zap.String("service", svc.Namespace+"/"+svc.Name),
+			zap.Int("endpoints", len(ch.endpoints)), zap.Int("max", maxEndpoints))
 	}
-	return r.clearKubernetesSlices(ctx, svc, removed)
+	if err := r.writeSlice(ctx, cur, routeSlice(svc, d.Name, c.ports, ch, f)); err != nil {
+		return false, fmt.Errorf("write EndpointSlice %s: %w", name, err)
+	}
+	return true, nil
 }
 
 // take moves svc's selector into its annotation and labels it with d.
@@ -206,11 +291,12 @@ func (r *Router) deleteSlice(ctx context.Context, s *discoveryv1.EndpointSlice) 
 	return nil
 }
 
-// routeSlice is the EndpointSlice Swell writes for svc routed to d.
-func routeSlice(svc *corev1.Service, d string, ports []corev1.ServicePort, ch choice) *discoveryv1.EndpointSlice {
+// routeSlice is the EndpointSlice of family f Swell writes for svc routed
+// to d.
+func routeSlice(svc *corev1.Service, d string, ports []corev1.ServicePort, ch choice, f discoveryv1.AddressType) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      kube.RouteSliceName(svc.Name),
+			Name:      routeSliceName(svc.Name, f),
 			Namespace: svc.Namespace,
 			Labels: map[string]string{
 				discoveryv1.LabelServiceName: svc.Name,
@@ -223,7 +309,7 @@ func routeSlice(svc *corev1.Service, d string, ports []corev1.ServicePort, ch ch
 				APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: ptr.To(true),
 			}},
 		},
-		AddressType: discoveryv1.AddressTypeIPv4,
+		AddressType: f,
 	}
 	for _, p := range ports {
 		proto := p.Protocol
@@ -336,12 +422,16 @@ func (r *Router) release(ctx context.Context, key service.Key, keep map[string]b
 			errs = append(errs, err)
 		}
 	}
-	if keep == nil && remaining == 0 && len(routes) == 0 && podsSvc != nil {
-		err := r.client.CoreV1().Services(podsSvc.Namespace).Delete(ctx, podsSvc.Name,
-			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &podsSvc.UID}})
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete pods-Service %s/%s: %w", podsSvc.Namespace, podsSvc.Name, err))
+	if keep == nil && remaining == 0 && len(routes) == 0 {
+		if podsSvc != nil {
+			err := r.client.CoreV1().Services(podsSvc.Namespace).Delete(ctx, podsSvc.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &podsSvc.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete pods-Service %s/%s: %w", podsSvc.Namespace, podsSvc.Name, err))
+			}
 		}
+		// No route slice lists the activators on the port any more.
+		errs = append(errs, r.releasePort(ctx, key))
 	}
 	return errors.Join(errs...)
 }
@@ -422,7 +512,7 @@ func (r *Router) kubernetesListed(s *discoveryv1.EndpointSlice) bool {
 	if len(theirs) == 0 {
 		return false
 	}
-	return len(s.Endpoints) == 0 || len(readyEndpoints(theirs, nil)) > 0
+	return len(s.Endpoints) == 0 || len(readyEndpoints(theirs, anyFamily, nil)) > 0
 }
 
 // ensurePodsService creates or updates d's pods-Service.
@@ -463,6 +553,10 @@ func (r *Router) ensurePodsService(ctx context.Context, d *appsv1.Deployment, se
 	up.OwnerReferences = want.OwnerReferences
 	up.Spec.Selector = want.Spec.Selector
 	up.Spec.PublishNotReadyAddresses = false
+	if up.Spec.IPFamilyPolicy == nil || *up.Spec.IPFamilyPolicy == corev1.IPFamilyPolicySingleStack {
+		// Upgraded in place; the API server adds the other family.
+		up.Spec.IPFamilyPolicy = want.Spec.IPFamilyPolicy
+	}
 	if !samePorts(cur.Spec.Ports, want.Spec.Ports) {
 		up.Spec.Ports = want.Spec.Ports
 	}
@@ -604,6 +698,10 @@ func podsService(d *appsv1.Deployment, services []string, copied map[string]stri
 					TargetPort: intstr.FromInt32(network.DefaultQueueMetricsPort)},
 			},
 			PublishNotReadyAddresses: false,
+			// Both families where the cluster has both, so that
+			// Kubernetes lists D's pods by their IPv6 addresses too, for
+			// the route slices of dual-stack Services.
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
 		},
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,7 +281,9 @@ func sliceIPs(s *discoveryv1.EndpointSlice) []string {
 	return ips
 }
 
-// activatorAddrs lists the ready activators' serving addresses.
+// activatorAddrs lists the ready activators' serving addresses, IPv4 (the
+// activators' Service prefers dual stack: on a dual-stack cluster each
+// activator is listed once in each family).
 func activatorAddrs(ctx context.Context, cs kubernetes.Interface) ([]string, error) {
 	list, err := cs.DiscoveryV1().EndpointSlices(swellNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=activator",
@@ -290,6 +293,9 @@ func activatorAddrs(ctx context.Context, cs kubernetes.Interface) ([]string, err
 	}
 	var addrs []string
 	for _, s := range list.Items {
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
 		var port int32
 		for _, p := range s.Ports {
 			if p.Name != nil && *p.Name == activatorPort && p.Port != nil {
@@ -599,15 +605,29 @@ func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
 		if s.Labels[labelRoute] != "activator" || !slices.Equal(sliceIPs(s), acts) {
 			return fmt.Errorf("route %q endpoints %v, want activator %v", s.Labels[labelRoute], sliceIPs(s), acts)
 		}
+		// On the service's own port, which the ports table gives it.
+		own, err := e.servicePort(ctx, name)
+		if err != nil {
+			return err
+		}
+		if len(s.Ports) != 1 || s.Ports[0].Port == nil || *s.Ports[0].Port != own {
+			return fmt.Errorf("route slice ports %v, want the service's own port %d", s.Ports, own)
+		}
 		return nil
 	})
 	e.waitProxied(name, "activator")
 
-	// The Service's ClusterIP leads to the activators while it is at zero.
+	// The Service's ClusterIP leads to the activators while it is at zero,
+	// with a Host and a path they know nothing of: the port says which
+	// service the request is for.
 	start := time.Now()
-	code, body, err := e.viaService(t.Context(), name, "/")
+	url, err := e.serviceURL(t.Context(), name, "/some/where")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body, err := hostGet(t.Context(), url, "cold.example.com")
 	if err != nil || code != http.StatusOK || !strings.HasPrefix(body, helloGreeting) {
-		t.Fatalf("GET at the ClusterIP at zero: %d %q %v", code, body, err)
+		t.Fatalf("GET at the ClusterIP at zero, Host cold.example.com: %d %q %v", code, body, err)
 	}
 	t.Logf("cold start through the ClusterIP and an activator answered in %v", time.Since(start).Round(time.Millisecond))
 	if n, err := e.replicas(t.Context(), name); err != nil || n < 1 {
@@ -998,4 +1018,22 @@ func (e *env) waitServingSwell(name string, n int) {
 		}
 		return nil
 	})
+}
+
+// servicePort is the port of its own the ports table in swell-system gives
+// the Swell service name (docs/routing.md, "Service ports").
+func (e *env) servicePort(ctx context.Context, name string) (int32, error) {
+	list, err := e.cs.CoreV1().ConfigMaps(swellNamespace).List(ctx, metav1.ListOptions{LabelSelector: "swell.run/service-ports=true"})
+	if err != nil {
+		return 0, err
+	}
+	for _, cm := range list.Items {
+		for k, v := range cm.Data {
+			if v == e.ns+"/"+name {
+				p, err := strconv.ParseInt(k, 10, 32)
+				return int32(p), err
+			}
+		}
+	}
+	return 0, fmt.Errorf("the service ports table has no port for %s/%s", e.ns, name)
 }

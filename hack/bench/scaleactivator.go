@@ -23,7 +23,7 @@ import (
 const activatorPkg = "github.com/swell-run/swell/activator"
 
 // scaleActivatorBench selects the benchmarks the part runs.
-const scaleActivatorBench = "^BenchmarkScale(Removal|Report)?$"
+const scaleActivatorBench = "^BenchmarkScale(Removal|Report|Ports)?$"
 
 // scaleActivatorServices and scaleActivatorPods are the benchmarks' size;
 // the lookup and the chain are also measured at scaleActivatorSmall
@@ -52,6 +52,16 @@ type scaleActivator struct {
 	// services routed; left the heap bytes per service it kept at 2,000.
 	remove1k, remove2k float64
 	left               float64
+	// ports is what the services' own ports cost
+	// (BenchmarkScalePorts).
+	ports scalePorts
+}
+
+// scalePorts is what one service's own port costs an activator: file
+// descriptors, goroutines, heap and resident bytes, ns to open it, and
+// ns to find a request's service by its port.
+type scalePorts struct {
+	fds, goroutines, heap, rss, open, lookup float64
 }
 
 // scaleReport is the reports of one period a second.
@@ -75,6 +85,7 @@ func (a *scaleActivator) figures() []benchFigure {
 	small := "BenchmarkScale/services=" + strconv.Itoa(scaleActivatorSmall)
 	busy := "BenchmarkScaleReport/busy=" + strconv.Itoa(scaleActivatorServices/10)
 	all := "BenchmarkScaleReport/busy=" + strconv.Itoa(scaleActivatorServices)
+	ports := "BenchmarkScalePorts/services=" + strconv.Itoa(scaleActivatorServices)
 	return []benchFigure{
 		{big + "/memory", "heap-B/service", &a.heap},
 		{big + "/memory", "rss-B/service", &a.rss},
@@ -93,6 +104,12 @@ func (a *scaleActivator) figures() []benchFigure {
 		{"BenchmarkScaleRemoval/services=1000", "remove-ns/service", &a.remove1k},
 		{"BenchmarkScaleRemoval/services=2000", "remove-ns/service", &a.remove2k},
 		{"BenchmarkScaleRemoval/services=2000", "left-B/service", &a.left},
+		{ports + "/cost", "fds/port", &a.ports.fds},
+		{ports + "/cost", "goroutines/port", &a.ports.goroutines},
+		{ports + "/cost", "heap-B/port", &a.ports.heap},
+		{ports + "/cost", "rss-B/port", &a.ports.rss},
+		{ports + "/cost", "open-ns/port", &a.ports.open},
+		{ports + "/lookup-by-port", "ns/op", &a.ports.lookup},
 	}
 }
 
@@ -184,8 +201,8 @@ func trimNumber(name string, sep byte) string {
 
 // scaleActivatorRun runs the benchmarks: each for 300 ms (100 ms with
 // -quick), beside the fixed work of routing 10,000 services with their
-// pods, 10,000 without (for the reports) and 3,000 more with (for the
-// removals): half a minute on a quiet machine, a minute on a busy one.
+// pods, 10,000 without (for the reports), 10,000 with their own ports and
+// without (for the ports) and 3,000 more with pods (for the removals): half a minute on a quiet machine, a minute on a busy one.
 func scaleActivatorRun(e *env) (a scaleActivator, out string, err error) {
 	benchtime := "300ms"
 	if e.opts.quick {
@@ -211,10 +228,12 @@ func scaleActivatorLine(a scaleActivator) string {
 	return fmt.Sprintf("scale-activator services=%d pods=%d heap_bytes_per_service=%.0f rss_bytes_per_service=%.0f "+
 		"lookup_ns=%.0f lookup_ratio=%.2f chain_ns=%.0f chain_ratio=%.2f "+
 		"report_bytes_per_s=%.0f report_frames_per_s=%.0f report_bytes_per_s_all=%.0f report_frames_per_s_all=%.0f "+
-		"left_bytes_per_service=%.0f",
+		"left_bytes_per_service=%.0f "+
+		"port_fds=%.2f port_goroutines=%.2f port_heap_bytes=%.0f port_rss_bytes=%.0f port_open_ns=%.0f port_lookup_ns=%.0f",
 		scaleActivatorServices, scaleActivatorServices*scaleActivatorPods, a.heap, a.rss,
 		a.lookup, a.lookupRatio, a.chain, a.chainRatio,
-		a.busy.bytes, a.busy.frames, a.all.bytes, a.all.frames, a.left)
+		a.busy.bytes, a.busy.frames, a.all.bytes, a.all.frames, a.left,
+		a.ports.fds, a.ports.goroutines, a.ports.heap, a.ports.rss, a.ports.open, a.ports.lookup)
 }
 
 // scaleActivatorSection is the part's table; out is the benchmarks'
@@ -247,6 +266,11 @@ func scaleActivatorSection(a scaleActivator, out string) section {
 			{fmt.Sprintf("reports, all %s busy", thousands(n)), report(a.all)},
 			{"removing services at once, per service removed: 1,000 routed; 2,000", fmt.Sprintf("%.2f ms; %.2f ms", a.remove1k/1e6, a.remove2k/1e6)},
 			{"heap kept per service removed (2,000)", kib(a.left)},
+			{fmt.Sprintf("a service's own port (BenchmarkScalePorts, %s ports open): file descriptors, goroutines", thousands(n)),
+				fmt.Sprintf("%.2f, %.2f", a.ports.fds, a.ports.goroutines)},
+			{"a service's own port: heap; resident", fmt.Sprintf("%s; %s (%.0f MiB and %.0f MiB at %s)",
+				kib(a.ports.heap), kib(a.ports.rss), a.ports.heap*float64(n)/(1<<20), a.ports.rss*float64(n)/(1<<20), thousands(n))},
+			{"a service's own port: opening it; finding a request's service by it", fmt.Sprintf("%.0f µs; %.0f ns", a.ports.open/1e3, a.ports.lookup)},
 		},
 		code: out,
 	}

@@ -32,6 +32,8 @@ BenchmarkScaleRemoval/services=2000-2          	1000000000	         0.5887 ns/op
     scale_bench_test.go:1: a log line 12 ns/op
 BenchmarkScaleReport/busy=1000-2               	     631	   1895052 ns/op	         1.000 frames/s	     26018 report-B/s	     26074 wire-B/s
 BenchmarkScaleReport/busy=10000-2              	     188	   6288350 ns/op	         2.000 frames/s	    260018 report-B/s	    260530 wire-B/s
+BenchmarkScalePorts/services=10000/cost-2         	       1	       130.0 ns/op	         1.000 fds/port	         1.000 goroutines/port	       989.0 heap-B/port	     73506 open-ns/port	      6033 rss-B/port
+BenchmarkScalePorts/services=10000/lookup-by-port-2         	13717425	       112.5 ns/op	       0 B/op	       0 allocs/op
 BenchmarkBroken-2 	 12 	 x ns/op
 PASS
 ok  	github.com/swell-run/swell/activator	29.730s
@@ -39,8 +41,8 @@ ok  	github.com/swell-run/swell/activator	29.730s
 
 func TestParseGoBench(t *testing.T) {
 	res := parseGoBench(scaleBenchOutput)
-	if len(res) != 9 {
-		t.Errorf("%d benchmarks, want 9: %v", len(res), res)
+	if len(res) != 11 {
+		t.Errorf("%d benchmarks, want 11: %v", len(res), res)
 	}
 	got := res["BenchmarkScaleReport/busy=10000"]
 	want := map[string]float64{"ns/op": 6288350, "frames/s": 2, "report-B/s": 260018, "wire-B/s": 260530}
@@ -76,7 +78,8 @@ func TestScaleActivatorLine(t *testing.T) {
 	want := "scale-activator services=10000 pods=50000 heap_bytes_per_service=9330 rss_bytes_per_service=13020 " +
 		"lookup_ns=90 lookup_ratio=1.38 chain_ns=8500 chain_ratio=1.70 " +
 		"report_bytes_per_s=26018 report_frames_per_s=1 report_bytes_per_s_all=260018 report_frames_per_s_all=2 " +
-		"left_bytes_per_service=3319"
+		"left_bytes_per_service=3319 " +
+		"port_fds=1.00 port_goroutines=1.00 port_heap_bytes=989 port_rss_bytes=6033 port_open_ns=73506 port_lookup_ns=112"
 	if got := scaleActivatorLine(a); got != want {
 		t.Errorf("line\n%s\nwant\n%s", got, want)
 	}
@@ -84,7 +87,8 @@ func TestScaleActivatorLine(t *testing.T) {
 	var b strings.Builder
 	s.write(&b)
 	for _, want := range []string{"9.1 KiB; 12.7 KiB (89 MiB and 124 MiB at 10,000)", "60 → 90 ns (1.38×)", "5.0 → 8.5 µs (1.70×)",
-		"25.4 KiB/s (25.5 KiB/s on the socket), 1 frame/s; a period's report 1.9 ms", "0.29 ms; 1.02 ms"} {
+		"25.4 KiB/s (25.5 KiB/s on the socket), 1 frame/s; a period's report 1.9 ms", "0.29 ms; 1.02 ms",
+		"1.00, 1.00", "1.0 KiB; 5.9 KiB (9 MiB and 58 MiB at 10,000)", "74 µs; 112 ns"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("section lacks %q:\n%s", want, b.String())
 		}

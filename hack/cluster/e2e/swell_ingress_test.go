@@ -28,7 +28,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -135,15 +134,7 @@ func TestSwellBehindIngressSplitByPath(t *testing.T) {
 		}
 		return nil
 	}
-	addr, err := traefikEntryPoint(t.Context(), e, "websecure")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.eventually("Traefik presenting the certificate of "+host, func(ctx context.Context) error {
-		return tlsPresents(ctx, addr, host, roots)
-	})
-	tlsConf := &tls.Config{ServerName: host, RootCAs: roots}
-	e.streamThroughZero(newIngressStream(t, "https://"+addr, host, tlsConf, shopBackends), routed)
+	e.streamOverTLS(host, roots, routed)
 }
 
 // TestSwellBehindGatewaySplitByPath is TestSwellBehindIngressSplitByPath
@@ -213,15 +204,23 @@ func TestSwellBehindGatewaySplitByPath(t *testing.T) {
 		}
 		return nil
 	}
-	addr, err := traefikEntryPoint(t.Context(), e, "websecure")
+	e.streamOverTLS(host, roots, routed)
+}
+
+// streamOverTLS runs the split stream at Traefik's websecure entry point,
+// over TLS to host (SNI) trusting roots, once Traefik presents host's
+// certificate; routed says when Traefik routes every path as it should.
+func (e *env) streamOverTLS(host string, roots *x509.CertPool, routed func(ctx context.Context) error) {
+	e.t.Helper()
+	addr, err := traefikEntryPoint(e.t.Context(), e, "websecure")
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	e.eventually("Traefik presenting the certificate of "+host, func(ctx context.Context) error {
 		return tlsPresents(ctx, addr, host, roots)
 	})
 	tlsConf := &tls.Config{ServerName: host, RootCAs: roots}
-	e.streamThroughZero(newIngressStream(t, "https://"+addr, host, tlsConf, shopBackends), routed)
+	e.streamThroughZero(newIngressStream(e.t, "https://"+addr, host, tlsConf, shopBackends), routed)
 }
 
 // streamThroughZero runs s's stream through the ingress while its
@@ -476,15 +475,9 @@ func TestSwellBehindIngressWebsocketWakes(t *testing.T) {
 	e.createHello(optedIn(name))
 	e.createIngress(name, host, "/")
 	e.eventually(name+" at zero, Traefik sending it to the activators", func(ctx context.Context) error {
-		if n, err := e.replicas(ctx, name); err != nil || n != 0 {
-			return fmt.Errorf("scale %d %v, want 0", n, err)
-		}
-		route, servers, err := e.routeServers(ctx, name)
+		servers, err := e.atZeroBehindActivators(ctx, name)
 		if err != nil {
 			return err
-		}
-		if route != "activator" {
-			return fmt.Errorf("route %q, want activator", route)
 		}
 		return traefikRoutes(ctx, e.cs, e.ns+"-"+name+"-http", host, "/", servers)
 	})
@@ -573,31 +566,7 @@ func TestSwellBehindIngressNetworkPolicy(t *testing.T) {
 
 	// The policy comes first, so that no activator ever judges the
 	// service without it.
-	app, qp, stats := intstr.FromString("http"), intstr.FromInt32(queueProxyPort), intstr.FromInt32(9090)
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "only-traefik"},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: traefikNamespace}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": traefikName}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{{Port: &app}},
-			}, {
-				// What Swell needs where policies are enforced: the
-				// activators and the autoscaler reach the queue-proxy. A
-				// rule on those ports admits no caller to the app's.
-				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: swellNamespace}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{{Port: &qp}, {Port: &stats}},
-			}},
-		},
-	}
-	if _, err := e.cs.NetworkingV1().NetworkPolicies(e.ns).Create(t.Context(), np, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create NetworkPolicy: %v", err)
-	}
+	e.admitOnly("only-traefik", name, map[string]string{corev1.LabelMetadataName: traefikNamespace}, map[string]string{"app": traefikName})
 	e.createHello(optedIn(name))
 	e.createIngress(name, host, "/")
 
@@ -608,15 +577,9 @@ func TestSwellBehindIngressNetworkPolicy(t *testing.T) {
 
 	var acts []string
 	e.eventually(name+" at zero, its Service and Traefik sending it to the activators", func(ctx context.Context) error {
-		if n, err := e.replicas(ctx, name); err != nil || n != 0 {
-			return fmt.Errorf("scale %d %v, want 0", n, err)
-		}
-		route, servers, err := e.routeServers(ctx, name)
+		servers, err := e.atZeroBehindActivators(ctx, name)
 		if err != nil {
 			return err
-		}
-		if route != "activator" {
-			return fmt.Errorf("route %q, want activator", route)
 		}
 		if err := proxiedAsListed(ctx, e.cs, e.ns, name); err != nil {
 			return err
@@ -715,6 +678,23 @@ func (e *env) waitReady(name string) {
 		}
 		return nil
 	})
+}
+
+// atZeroBehindActivators reports, as an error, when the service name is
+// not at zero with its route slice listing the activators, and returns the
+// servers the slice lists.
+func (e *env) atZeroBehindActivators(ctx context.Context, name string) ([]string, error) {
+	if n, err := e.replicas(ctx, name); err != nil || n != 0 {
+		return nil, fmt.Errorf("scale %d %v, want 0", n, err)
+	}
+	route, servers, err := e.routeServers(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if route != "activator" {
+		return nil, fmt.Errorf("route %q, want activator", route)
+	}
+	return servers, nil
 }
 
 // routeServers reads Swell's route slice of the Service: its route

@@ -48,31 +48,8 @@ func TestSwellJudgesCallersByNetworkPolicy(t *testing.T) {
 
 	// The policy comes first, so that no activator ever judges the
 	// service without it.
-	app, qp, stats := intstr.FromString("http"), intstr.FromInt32(queueProxyPort), intstr.FromInt32(9090)
-	np := &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "only-ingress"},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"purpose": "ingress"}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "ingress"}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{{Port: &app}},
-			}, {
-				// What Swell needs where policies are enforced: the
-				// activators and the autoscaler reach the queue-proxy. A
-				// rule on those ports admits no caller to the app's.
-				From: []networkingv1.NetworkPolicyPeer{{
-					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: swellNamespace}},
-				}},
-				Ports: []networkingv1.NetworkPolicyPort{{Port: &qp}, {Port: &stats}},
-			}},
-		},
-	}
-	if _, err := e.cs.NetworkingV1().NetworkPolicies(e.ns).Create(t.Context(), np, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create NetworkPolicy: %v", err)
-	}
+	const policy = "only-ingress"
+	e.admitOnly(policy, name, map[string]string{"purpose": "ingress"}, map[string]string{"role": "ingress"})
 	// No caller is admitted by the annotation: the policy alone decides.
 	// No burst capacity keeps the activators in the path once a pod is
 	// ready.
@@ -115,7 +92,7 @@ func TestSwellJudgesCallersByNetworkPolicy(t *testing.T) {
 					return fmt.Errorf("activator %s does not route %s yet: %q", a, host, body)
 				case err != nil || code != http.StatusForbidden || reason != "caller-not-allowed":
 					t.Errorf("%s, activator %s answered the stranger %d %q %v; want 403 caller-not-allowed", when, a, code, reason, err)
-				case !strings.Contains(body, "NetworkPolicies") || strings.Contains(body, np.Name):
+				case !strings.Contains(body, "NetworkPolicies") || strings.Contains(body, policy):
 					t.Errorf("%s, activator %s's refusal %q: want it to say the NetworkPolicies do not admit the caller, naming none", when, a, body)
 				default:
 					t.Logf("%s, activator %s refused the stranger: %s", when, a, strings.TrimSpace(body))
@@ -210,4 +187,35 @@ func tryBody(c *http.Client, url, host string) (int, string, string, error) {
 	defer res.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<16))
 	return res.StatusCode, res.Header.Get("Swell-Reason"), string(body), err
+}
+
+// admitOnly creates the NetworkPolicy name for the pods of the Deployment
+// app (labelled app=<app>): on the app's port, only the pods labelled
+// pods in the namespaces labelled namespaces; on the queue-proxy's ports,
+// what Swell needs where policies are enforced (the activators and the
+// autoscaler), a rule that admits no caller to the app's port.
+func (e *env) admitOnly(name, app string, namespaces, pods map[string]string) {
+	e.t.Helper()
+	appPort, qp, stats := intstr.FromString("http"), intstr.FromInt32(queueProxyPort), intstr.FromInt32(9090)
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": app}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: namespaces},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: pods},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &appPort}},
+			}, {
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: swellNamespace}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: &qp}, {Port: &stats}},
+			}},
+		},
+	}
+	if _, err := e.cs.NetworkingV1().NetworkPolicies(e.ns).Create(e.t.Context(), np, metav1.CreateOptions{}); err != nil {
+		e.t.Fatalf("create NetworkPolicy %s: %v", name, err)
+	}
 }

@@ -35,8 +35,10 @@ const (
 	colorStable = "#17375e"
 	colorPods   = "#b0b0b0"
 	colorReady  = "#2ca02c"
-	colorScale  = "#ff7f0e"
-	colorPanic  = "#d62728"
+	// colorServing: the ready pods above this line, up to ready, are idle.
+	colorServing = "#8c564b"
+	colorScale   = "#ff7f0e"
+	colorPanic   = "#d62728"
 )
 
 // WriteChart draws the timeline as an SVG a browser opens: above, the load
@@ -89,13 +91,16 @@ func WriteChart(w io.Writer, timeline []Second, metric autoscaling.Metric, title
 
 	pods := func(r *Second) float64 { return float64(r.Pods) }
 	ready := func(r *Second) float64 { return float64(r.Ready) }
+	serving := func(r *Second) float64 { return float64(r.Serving) }
 	scale := func(r *Second) float64 { return float64(r.Scale) }
 	podMax := seriesMax(timeline, pods, ready, scale)
 	panel(bw, top2, podMax, "pods", n, xOf)
 	line(bw, timeline, pods, top2, podMax, xOf, colorPods, "", 3)
 	line(bw, timeline, ready, top2, podMax, xOf, colorReady, "", 1.5)
+	line(bw, timeline, serving, top2, podMax, xOf, colorServing, "", 1.2)
 	line(bw, timeline, scale, top2, podMax, xOf, colorScale, "4,3", 1.5)
-	legend(bw, top2, []legendItem{{"pods (incl. starting, stopping)", colorPods, ""}, {"ready", colorReady, ""}, {"scale", colorScale, "4,3"}})
+	legend(bw, top2, []legendItem{{"pods (incl. starting, stopping)", colorPods, ""}, {"ready", colorReady, ""},
+		{"serving (a request in service)", colorServing, ""}, {"scale", colorScale, "4,3"}})
 
 	// The time axis, under the lower panel.
 	step := timeStep(n)

@@ -86,7 +86,13 @@ type oracle struct {
 	sum   Summary
 	area  time.Duration // pod-time, summed as the levels close stretches
 	ready time.Duration // ready pod-time
+	// serving is the pod-time of levels needed: a pod with requests in
+	// service; spans are those stretches, for the timeline.
+	serving time.Duration
+	spans   []span
 }
+
+type span struct{ from, to time.Duration }
 
 // level is the k-th pod: alive since born (ready from readyAt) and, when
 // not needed now, idle since idleSince.
@@ -94,6 +100,8 @@ type level struct {
 	alive, needed bool
 	born, readyAt time.Duration
 	idleSince     time.Duration
+	// neededSince is when the level's current stretch of need began.
+	neededSince time.Duration
 }
 
 type life struct{ start, ready, end time.Duration }
@@ -164,6 +172,9 @@ func (o *oracle) run(reqs []Request, initial int) *Result {
 	o.sum.Duration = ceilSecond(max(end, 0))
 	o.sum.PodSeconds = o.area.Seconds()
 	o.sum.ReadyPodSeconds = o.ready.Seconds()
+	o.sum.ServingPodSeconds = o.serving.Seconds()
+	o.sum.StartingPodSeconds = (o.area - o.ready).Seconds()
+	o.sum.IdlePodSeconds = (o.ready - o.serving).Seconds()
 	slices.Sort(lat)
 	o.sum.LatencyP50, o.sum.LatencyP99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	if len(lat) > 0 {
@@ -188,6 +199,9 @@ func (o *oracle) busy(k int, t time.Duration) {
 		o.stop(k, l.idleSince)
 		o.start(l, t)
 	}
+	if !l.needed {
+		l.neededSince = t
+	}
 	l.needed = true
 }
 
@@ -200,6 +214,10 @@ func (o *oracle) start(l *level, t time.Duration) {
 // idle: level k is not needed from t.
 func (o *oracle) idle(k int, t time.Duration) {
 	l := &o.levels[k]
+	if l.needed {
+		o.serving += t - l.neededSince
+		o.spans = append(o.spans, span{l.neededSince, t})
+	}
 	l.needed, l.idleSince = false, t
 }
 
@@ -240,11 +258,16 @@ func (o *oracle) timeline(reqs []Request) []Second {
 		mark(podDelta, lf.start, lf.end)
 		mark(readyDelta, lf.ready, lf.end)
 	}
-	pods, ready := 0, 0
+	servingDelta := make([]int, secs+2)
+	for _, sp := range o.spans {
+		mark(servingDelta, sp.from, sp.to)
+	}
+	pods, ready, serving := 0, 0, 0
 	for i := range tl {
 		pods += podDelta[i]
 		ready += readyDelta[i]
-		tl[i].Pods, tl[i].Ready = pods, ready
+		serving += servingDelta[i]
+		tl[i].Pods, tl[i].Ready, tl[i].Serving = pods, ready, serving
 		o.sum.MaxPods = max(o.sum.MaxPods, pods)
 		o.sum.MaxReady = max(o.sum.MaxReady, ready)
 	}

@@ -73,7 +73,21 @@ func TestOracleByHand(t *testing.T) {
 			if s.Waited != 0 || s.ColdStarts != 0 || s.Completed != len(c.reqs) {
 				t.Errorf("summary %+v: the oracle never makes a request wait", s)
 			}
+			// Starting: a start's worth per start; serving: the
+			// requests' work over the slots, packed; idle: the rest.
+			if want := float64(c.starts) * c.startup.Seconds(); math.Abs(s.StartingPodSeconds-want) > 1e-9 {
+				t.Errorf("starting %v pod-seconds, want %v", s.StartingPodSeconds, want)
+			}
+			if sum := s.StartingPodSeconds + s.ServingPodSeconds + s.IdlePodSeconds; math.Abs(sum-s.PodSeconds) > 1e-9 || s.IdlePodSeconds < -1e-9 {
+				t.Errorf("starting %v + serving %v + idle %v = %v, want %v, none negative",
+					s.StartingPodSeconds, s.ServingPodSeconds, s.IdlePodSeconds, sum, s.PodSeconds)
+			}
 		})
+	}
+	// By hand: the 1.5 s gap kept is idle; each request serves 1 s.
+	s := oracleOf(t, 1, 0, 2*time.Second, req(0, 1), req(2.5, 1))
+	if s.StartingPodSeconds != 2 || s.ServingPodSeconds != 2 || s.IdlePodSeconds != 1.5 {
+		t.Errorf("gap kept: starting %v, serving %v, idle %v; want 2, 2, 1.5", s.StartingPodSeconds, s.ServingPodSeconds, s.IdlePodSeconds)
 	}
 }
 
@@ -102,6 +116,13 @@ func TestOracleBoundsPoliciesThatNeverWait(t *testing.T) {
 		o, err := RunOracle(context.Background(), cfg, Requests(reqs))
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, sum := range []Summary{res.Summary, o.Summary} {
+			split := sum.StartingPodSeconds + sum.ServingPodSeconds + sum.IdlePodSeconds
+			if math.Abs(split-sum.PodSeconds) > 1e-6*max(1, sum.PodSeconds) || sum.StartingPodSeconds < 0 || sum.ServingPodSeconds < 0 || sum.IdlePodSeconds < -1e-6 {
+				t.Errorf("trial %d, %s: starting %v + serving %v + idle %v = %v, want the %v pod-seconds, none negative",
+					trial, sum.Class, sum.StartingPodSeconds, sum.ServingPodSeconds, sum.IdlePodSeconds, split, sum.PodSeconds)
+			}
 		}
 		if o.Summary.PodSeconds > res.Summary.PodSeconds {
 			t.Errorf("trial %d: the oracle spends %v pod-seconds, 40 pods always on %v", trial, o.Summary.PodSeconds, res.Summary.PodSeconds)

@@ -13,7 +13,7 @@ import (
 
 // TimelineHeader is the timeline CSV's header; docs/sim.md describes each
 // column.
-const TimelineHeader = "t,arrivals,rejected,concurrency,cpu,cpu_seen,stable,panic_window,desired,scale,ebc,panic,ready,pods,activator_in_path,activator_queue,pod_queue,in_service"
+const TimelineHeader = "t,arrivals,rejected,concurrency,cpu,cpu_seen,stable,panic_window,desired,scale,ebc,panic,ready,pods,activator_in_path,activator_queue,pod_queue,in_service,serving"
 
 // WriteTimeline writes the timeline as CSV, one row per second.
 func WriteTimeline(w io.Writer, timeline []Second) error {
@@ -57,7 +57,7 @@ func WriteTimeline(w io.Writer, timeline []Second) error {
 		}
 		buf = append(buf, ',')
 		buf = strconv.AppendBool(buf, r.ActivatorInPath)
-		for _, v := range [...]int{r.ActivatorQueue, r.PodQueue, r.InService} {
+		for _, v := range [...]int{r.ActivatorQueue, r.PodQueue, r.InService, r.Serving} {
 			buf = append(buf, ',')
 			buf = strconv.AppendInt(buf, int64(v), 10)
 		}
@@ -88,6 +88,7 @@ func WriteSummary(w io.Writer, s Summary) error {
 	p("simulated", "%s", s.Duration)
 	p("requests", "%d arrived, %d completed, %d rejected, %d unfinished", s.Requests, s.Completed, s.Rejected, s.Unfinished)
 	p("pods", "%.1f pod-seconds (%.1f ready), at most %d (%d ready), %d started", s.PodSeconds, s.ReadyPodSeconds, s.MaxPods, s.MaxReady, s.PodStarts)
+	p("pod-seconds", "%.1f starting, %.1f serving, %.1f idle and ready", s.StartingPodSeconds, s.ServingPodSeconds, s.IdlePodSeconds)
 	if s.OraclePodSeconds > 0 {
 		p("vs oracle", "%s the clairvoyant bound's %.1f pod-seconds", s.OracleRatio(), s.OraclePodSeconds)
 	}
@@ -142,8 +143,17 @@ func (s Summary) OracleRatio() string {
 	return strconv.FormatFloat(s.PodSeconds/s.OraclePodSeconds, 'f', 2, 64) + "×"
 }
 
+// OracleMaxRatio is MaxPods over OracleMaxPods, as "1.50×"; "-" when
+// the bound's is unknown.
+func (s Summary) OracleMaxRatio() string {
+	if s.OracleMaxPods <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(s.MaxPods)/float64(s.OracleMaxPods), 'f', 2, 64) + "×"
+}
+
 // ComparisonColumns are the comparison table's columns.
-var ComparisonColumns = []string{"policy", "pod-seconds", "× oracle", "cold starts", "waited", "p50 wait", "p99 wait", "rejected", "max pods"}
+var ComparisonColumns = []string{"policy", "pod-seconds", "× oracle", "starting", "serving", "idle", "cold starts", "waited", "p50 wait", "p99 wait", "rejected", "max pods", "× oracle's"}
 
 // WriteComparison writes one row per summary under ComparisonColumns,
 // aligned for a terminal: names on the left, numbers on the right. When
@@ -165,12 +175,16 @@ func WriteComparison(w io.Writer, sums []Summary) error {
 			string(s.Class),
 			strconv.FormatFloat(s.PodSeconds, 'f', 1, 64),
 			s.OracleRatio(),
+			strconv.FormatFloat(s.StartingPodSeconds, 'f', 1, 64),
+			strconv.FormatFloat(s.ServingPodSeconds, 'f', 1, 64),
+			strconv.FormatFloat(s.IdlePodSeconds, 'f', 1, 64),
 			strconv.Itoa(s.ColdStarts),
 			strconv.Itoa(s.Waited),
 			round(s.WaitP50).String(),
 			round(s.WaitP99).String(),
 			strconv.Itoa(s.Rejected),
 			strconv.Itoa(s.MaxPods),
+			s.OracleMaxRatio(),
 		}
 		switch {
 		case reaction == nil:

@@ -152,8 +152,9 @@ type Second struct {
 	EBC            float64
 	Panic          bool
 	// Ready and Pods count the pods at the end of the second: ready ones,
-	// and all that exist (starting, ready and stopping).
-	Ready, Pods int
+	// and all that exist (starting, ready and stopping). Serving counts
+	// those with a request in service then (ready, or draining).
+	Ready, Pods, Serving int
 	// ActivatorInPath says traffic reached the service through the
 	// activator at the end of the second: the route in effect, or no pod
 	// ready.
@@ -181,13 +182,24 @@ type Summary struct {
 	// service would be billed. ReadyPodSeconds counts ready pods only.
 	PodSeconds      float64 `json:"pod_seconds"`
 	ReadyPodSeconds float64 `json:"ready_pod_seconds"`
-	MaxPods         int     `json:"max_pods"`
-	MaxReady        int     `json:"max_ready"`
-	PodStarts       int     `json:"pod_starts"`
+	// Where the pod-seconds went: StartingPodSeconds while pods started
+	// (asked for, not ready yet), ServingPodSeconds while they had at
+	// least one request in service (ready, or draining before they
+	// stop), IdlePodSeconds while ready with none. The three sum to
+	// PodSeconds: a policy's waste is the starting and idle shares.
+	StartingPodSeconds float64 `json:"starting_pod_seconds"`
+	ServingPodSeconds  float64 `json:"serving_pod_seconds"`
+	IdlePodSeconds     float64 `json:"idle_pod_seconds"`
+	MaxPods            int     `json:"max_pods"`
+	MaxReady           int     `json:"max_ready"`
+	PodStarts          int     `json:"pod_starts"`
 	// OraclePodSeconds is the clairvoyant bound's pod-seconds on the same
 	// traffic (RunOracle), when the caller computed it: PodSeconds over it
 	// is how many times the least possible this run spent. 0: unknown.
 	OraclePodSeconds float64 `json:"oracle_pod_seconds,omitempty"`
+	// OracleMaxPods is the most pods the bound had at once, beside
+	// OraclePodSeconds. 0: unknown.
+	OracleMaxPods int `json:"oracle_max_pods,omitempty"`
 
 	// ColdStarts counts requests that arrived when no pod was ready.
 	ColdStarts int `json:"cold_starts"`
@@ -434,9 +446,15 @@ type sim struct {
 	sum       Summary
 	podArea   float64
 	readyArea float64
-	waits     []time.Duration
-	latencies []time.Duration
-	latSum    float64
+	// serving are the pods with a request in service, stopping the pods
+	// draining theirs before they go (each serving); servingArea their
+	// integral, as podArea's.
+	serving, stopping int
+	servingArea       float64
+	stoppingArea      float64
+	waits             []time.Duration
+	latencies         []time.Duration
+	latSum            float64
 }
 
 func newSim(cfg Config, src Source) *sim {
@@ -544,6 +562,8 @@ func (s *sim) advance(t time.Duration) {
 		s.secArea += float64(s.inSystem) * dt
 		s.podArea += float64(s.alive) * dt
 		s.readyArea += float64(s.ready) * dt
+		s.servingArea += float64(s.serving) * dt
+		s.stoppingArea += float64(s.stopping) * dt
 	}
 	s.now = t
 }
@@ -584,6 +604,7 @@ func (s *sim) closeSecond() (done bool) {
 		Panic:           d.InPanic,
 		Ready:           s.ready,
 		Pods:            s.alive,
+		Serving:         s.serving,
 		ActivatorInPath: s.throughActivator(),
 		ActivatorQueue:  s.activator.len(),
 		PodQueue:        s.podQueued,
@@ -866,6 +887,9 @@ func (s *sim) start(p *pod, r *request) {
 		s.waits = append(s.waits, wait)
 	}
 	r.tag = p.served + float64(r.work)
+	if len(p.active) == 0 {
+		s.serving++
+	}
 	p.active.push(r)
 	s.inService++
 }
@@ -902,6 +926,9 @@ func (s *sim) complete(p *pod, version uint64) {
 		s.latSum += float64(lat)
 		s.sum.Completed++
 		s.free = append(s.free, r)
+		if len(p.active) == 0 {
+			s.serving--
+		}
 	}
 	s.fill(p)
 	s.schedule(p)
@@ -983,10 +1010,12 @@ func (s *sim) stopOne() {
 	s.live--
 	if victim.state == podReady {
 		s.ready--
-		victim.state = podStopping
 		if len(victim.active) == 0 {
 			s.remove(victim)
+			return
 		}
+		victim.state = podStopping
+		s.stopping++
 		return
 	}
 	s.remove(victim)
@@ -994,6 +1023,9 @@ func (s *sim) stopOne() {
 
 // remove ends a pod's existence.
 func (s *sim) remove(p *pod) {
+	if p.state == podStopping {
+		s.stopping--
+	}
 	p.state = podGone
 	p.version++
 	s.alive--
@@ -1006,6 +1038,10 @@ func (s *sim) result() *Result {
 	sum.Unfinished = s.inSystem
 	sum.PodSeconds = s.podArea / float64(time.Second)
 	sum.ReadyPodSeconds = s.readyArea / float64(time.Second)
+	// Draining pods are not ready but serve: they count as serving.
+	sum.ServingPodSeconds = s.servingArea / float64(time.Second)
+	sum.StartingPodSeconds = (s.podArea - s.readyArea - s.stoppingArea) / float64(time.Second)
+	sum.IdlePodSeconds = (s.readyArea + s.stoppingArea - s.servingArea) / float64(time.Second)
 	sum.Waited = len(s.waits)
 	slices.Sort(s.waits)
 	sum.WaitP50, sum.WaitP99 = percentile(s.waits, 0.50), percentile(s.waits, 0.99)

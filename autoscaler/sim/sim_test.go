@@ -7,7 +7,9 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -387,16 +389,17 @@ func TestRunValidates(t *testing.T) {
 func TestWriteComparison(t *testing.T) {
 	var b bytes.Buffer
 	err := WriteComparison(&b, []Summary{
-		{Class: "kpa", PodSeconds: 1234.56, OraclePodSeconds: 600, ColdStarts: 3, Waited: 12, WaitP50: 20 * time.Millisecond, WaitP99: 1234567 * time.Microsecond, MaxPods: 7},
-		{Class: "exponential", PodSeconds: 99, Rejected: 4, MaxPods: 12},
+		{Class: "kpa", PodSeconds: 1234.56, OraclePodSeconds: 600, StartingPodSeconds: 100.04, ServingPodSeconds: 834.5, IdlePodSeconds: 300.02,
+			ColdStarts: 3, Waited: 12, WaitP50: 20 * time.Millisecond, WaitP99: 1234567 * time.Microsecond, MaxPods: 7, OracleMaxPods: 4},
+		{Class: "exponential", PodSeconds: 99, ServingPodSeconds: 99, Rejected: 4, MaxPods: 12},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := "" +
-		"policy       pod-seconds  × oracle  cold starts  waited  p50 wait  p99 wait  rejected  max pods\n" +
-		"kpa               1234.6     2.06×            3      12      20ms    1.235s         0         7\n" +
-		"exponential         99.0         -            0       0        0s        0s         4        12\n"
+		"policy       pod-seconds  × oracle  starting  serving   idle  cold starts  waited  p50 wait  p99 wait  rejected  max pods  × oracle's\n" +
+		"kpa               1234.6     2.06×     100.0    834.5  300.0            3      12      20ms    1.235s         0         7       1.75×\n" +
+		"exponential         99.0         -       0.0     99.0    0.0            0       0        0s        0s         4        12           -\n"
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
@@ -405,15 +408,15 @@ func TestWriteComparison(t *testing.T) {
 func TestWriteTimelineAndChart(t *testing.T) {
 	tl := []Second{
 		{T: 0, Arrivals: 3, Concurrency: 1.23456, Stable: 1, PanicLoad: 2.5, Desired: 1, Scale: 1, EBC: -210, Panic: true, Ready: 0, Pods: 1, ActivatorInPath: true, ActivatorQueue: 2},
-		{T: 1, Arrivals: 0, Concurrency: 0.5, CPU: 0.25, HasCPU: true, CPUSeen: 0.125, HasCPUSeen: true, Stable: 1, Desired: 1, Scale: 1, EBC: -211, Ready: 1, Pods: 1, InService: 1},
+		{T: 1, Arrivals: 0, Concurrency: 0.5, CPU: 0.25, HasCPU: true, CPUSeen: 0.125, HasCPUSeen: true, Stable: 1, Desired: 1, Scale: 1, EBC: -211, Ready: 1, Pods: 1, InService: 1, Serving: 1},
 	}
 	var b bytes.Buffer
 	if err := WriteTimeline(&b, tl); err != nil {
 		t.Fatal(err)
 	}
 	want := TimelineHeader + "\n" +
-		"0,3,0,1.2346,,,1,2.5,1,1,-210,true,0,1,true,2,0,0\n" +
-		"1,0,0,0.5,0.25,0.125,1,0,1,1,-211,false,1,1,false,0,0,1\n"
+		"0,3,0,1.2346,,,1,2.5,1,1,-210,true,0,1,true,2,0,0,0\n" +
+		"1,0,0,0.5,0.25,0.125,1,0,1,1,-211,false,1,1,false,0,0,1,1\n"
 	if b.String() != want {
 		t.Errorf("timeline\n%s\nwant\n%s", b.String(), want)
 	}
@@ -442,8 +445,8 @@ func TestWriteTimelineAndChart(t *testing.T) {
 			panicRects++
 		}
 	}
-	if panicRects != 3 || len(doc.Polylines) != 5 || doc.Texts[0] != "a <title> & more" {
-		t.Errorf("chart: %d panic rects (want 2 and the legend's), %d lines (want 5), title %q", panicRects, len(doc.Polylines), doc.Texts[0])
+	if panicRects != 3 || len(doc.Polylines) != 6 || doc.Texts[0] != "a <title> & more" {
+		t.Errorf("chart: %d panic rects (want 2 and the legend's), %d lines (want 6: load, stable, pods, ready, serving, scale), title %q", panicRects, len(doc.Polylines), doc.Texts[0])
 	}
 }
 
@@ -515,7 +518,9 @@ func TestProfileValidate(t *testing.T) {
 		{Profile{Shape: ShapeStep, Rate: 1, StepRate: 2, StepAt: time.Minute, Duration: time.Second}, "--step-at 1m0s: accepted is a time from 0 to before --duration 1s"},
 		{Profile{Shape: ShapeOnOff, Rate: 1, On: 0, Off: time.Second, Duration: time.Second}, "--on 0s: accepted is a positive duration"},
 		{Profile{Shape: ShapeConstant, Rate: 1, Duration: time.Second, Arrivals: "bursty"}, `--arrivals "bursty": accepted are poisson and uniform`},
-		{Profile{Shape: ShapeConstant, Rate: 1, Duration: time.Second, ServiceDist: "normal"}, `--service-dist "normal": accepted are fixed and exponential`},
+		{Profile{Shape: ShapeConstant, Rate: 1, Duration: time.Second, ServiceDist: "normal"}, `--service-dist "normal": accepted are fixed, exponential and lognormal`},
+		{Profile{Shape: ShapeBursts, Rate: 1, Off: time.Minute, BurstSize: 0.5, Duration: time.Hour}, "--burst-size 0.5: accepted is a mean number of requests of 1 or more"},
+		{Profile{Shape: ShapeBursts, Rate: 1, BurstSize: 10, Duration: time.Hour}, "--off 0s: accepted is a positive duration"},
 	} {
 		err := tc.p.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -543,5 +548,104 @@ func BenchmarkSpike(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(res.Summary.Requests), "requests/op")
+	}
+}
+
+// TestPodSecondsSplit: bursts after silences, from zero, through kpa: the
+// pod-seconds split into starting, serving and idle sums to the whole,
+// none negative; pods start (so starting is above zero and at most a
+// start's worth per start), and serving covers at least the work over the
+// slots; the counters end where they began.
+func TestPodSecondsSplit(t *testing.T) {
+	const cc = 2
+	var reqs []Request
+	var work time.Duration
+	for burst := range 4 {
+		at := time.Duration(burst) * 3 * time.Minute
+		for i := range 40 {
+			w := time.Duration(100+37*i%900) * time.Millisecond
+			reqs = append(reqs, Request{Arrival: at + time.Duration(i)*50*time.Millisecond, Work: w})
+			work += w
+		}
+	}
+	cfg := config(specOf(t, cc))
+	res, s := run(t, cfg, Requests(reqs))
+	sum := res.Summary
+	split := sum.StartingPodSeconds + sum.ServingPodSeconds + sum.IdlePodSeconds
+	if math.Abs(split-sum.PodSeconds) > 1e-6*sum.PodSeconds || sum.StartingPodSeconds < 0 || sum.ServingPodSeconds < 0 || sum.IdlePodSeconds < -1e-6 {
+		t.Errorf("starting %v + serving %v + idle %v = %v, want the %v pod-seconds, none negative",
+			sum.StartingPodSeconds, sum.ServingPodSeconds, sum.IdlePodSeconds, split, sum.PodSeconds)
+	}
+	if sum.PodStarts == 0 || sum.StartingPodSeconds <= 0 || sum.StartingPodSeconds > float64(sum.PodStarts)*cfg.Pods.StartupDelay.Seconds()+1e-9 {
+		t.Errorf("%d starts, %v pod-seconds starting; want above 0 and at most %v a start", sum.PodStarts, sum.StartingPodSeconds, cfg.Pods.StartupDelay)
+	}
+	if floor := work.Seconds() / cc; sum.ServingPodSeconds < floor {
+		t.Errorf("serving %v pod-seconds, under the %v the work needs on %d slots a pod", sum.ServingPodSeconds, floor, cc)
+	}
+	if s.serving != 0 || s.stopping != 0 {
+		t.Errorf("at the end: %d pods serving, %d stopping; want none", s.serving, s.stopping)
+	}
+}
+
+// TestBurstsProfile: bursts of BurstSize requests on average after
+// silences of Off on average, both heavy-tailed: over many bursts the
+// means come out near the settings, most bursts and silences are below
+// their mean and a few far above it, and the service is silent most of
+// the time; lognormal service times keep their mean, with the median
+// under half of it and a long tail.
+func TestBurstsProfile(t *testing.T) {
+	p := Profile{Shape: ShapeBursts, Rate: 10, BurstSize: 100, Off: time.Minute, Duration: 200 * time.Hour,
+		ServiceTime: 500 * time.Millisecond, ServiceDist: ServiceLognormal, Seed: 3}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var sizes []float64
+	var silences []time.Duration
+	var busy time.Duration
+	for _, sg := range p.segments() {
+		if sg.rate > 0 {
+			sizes = append(sizes, (sg.end-sg.start).Seconds()*sg.rate)
+			busy += sg.end - sg.start
+		} else {
+			silences = append(silences, sg.end-sg.start)
+		}
+	}
+	meanSize := 0.0
+	for _, n := range sizes {
+		meanSize += n / float64(len(sizes))
+	}
+	var meanOff time.Duration
+	for _, d := range silences {
+		meanOff += d / time.Duration(len(silences))
+	}
+	// Shape 1.5 has an infinite variance: the sample mean converges
+	// slowly, so the bounds are loose.
+	if len(sizes) < 1000 || meanSize < 70 || meanSize > 140 || meanOff < 40*time.Second || meanOff > 90*time.Second {
+		t.Errorf("%d bursts of %.1f requests on average after %s silences; want about 100 and 1m", len(sizes), meanSize, meanOff)
+	}
+	slices.Sort(sizes)
+	slices.Sort(silences)
+	if med := sizes[len(sizes)/2]; med >= 100 || sizes[len(sizes)*99/100] < 300 {
+		t.Errorf("burst sizes: median %.1f, p99 %.1f; want a median under the mean and a p99 above 3 times it", med, sizes[len(sizes)*99/100])
+	}
+	if med := silences[len(silences)/2]; med >= time.Minute || silences[len(silences)*99/100] < 3*time.Minute {
+		t.Errorf("silences: median %s, p99 %s; want a median under the mean and a p99 above 3 times it", med, silences[len(silences)*99/100])
+	}
+	if share := busy.Seconds() / p.Duration.Seconds(); share > 0.3 {
+		t.Errorf("requests arrive %.0f%% of the time; want the service silent most of it", 100*share)
+	}
+
+	var works []time.Duration
+	var sum time.Duration
+	src := p.Source()
+	for r, ok := src.Next(); ok && len(works) < 200000; r, ok = src.Next() {
+		works = append(works, r.Work)
+		sum += r.Work
+	}
+	slices.Sort(works)
+	mean := sum / time.Duration(len(works))
+	med, p99 := works[len(works)/2], works[len(works)*99/100]
+	if mean < 450*time.Millisecond || mean > 550*time.Millisecond || med > 250*time.Millisecond || p99 < 3*time.Second {
+		t.Errorf("lognormal service times: mean %s, median %s, p99 %s; want about 500ms, under 250ms, above 3s", mean, med, p99)
 	}
 }

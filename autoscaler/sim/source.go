@@ -76,10 +76,18 @@ const (
 	// ShapeDiurnal rises from silence to Rate and back over each Period,
 	// as (1 − cos)/2: a day's traffic, night included.
 	ShapeDiurnal Shape = "diurnal"
+	// ShapeBursts is bursts after silences, both heavy-tailed: a burst
+	// of BurstSize requests on average (Pareto, shape 1.5: most bursts
+	// small, a few many times the mean) arriving at Rate, then a silence
+	// of Off on average (Pareto, shape 1.5: most short, a few very long).
+	// The traffic of a service called by people in fits and starts (code
+	// completion, chat, a batch kicked off by hand), where scaling to
+	// zero pays and every burst starts cold.
+	ShapeBursts Shape = "bursts"
 )
 
 // Shapes lists the profile shapes, for help texts and errors.
-var Shapes = []Shape{ShapeConstant, ShapeStep, ShapeOnOff, ShapeSpike, ShapeDiurnal}
+var Shapes = []Shape{ShapeConstant, ShapeStep, ShapeOnOff, ShapeSpike, ShapeDiurnal, ShapeBursts}
 
 // Distributions of the onoff shape's silences (OffDist).
 const (
@@ -118,7 +126,16 @@ const (
 	// ServiceExponential draws each request's work from an exponential
 	// distribution with the given mean.
 	ServiceExponential = "exponential"
+	// ServiceLognormal draws each request's work from a lognormal
+	// distribution with the given mean and σ = lognormalSigma: the median
+	// under half the mean, the 99th percentile about 8 times it. Generated
+	// text (an LLM's answer, its length in tokens) and many request
+	// latencies are spread so.
+	ServiceLognormal = "lognormal"
 )
+
+// lognormalSigma is ServiceLognormal's σ (of the work's logarithm).
+const lognormalSigma = 1.2
 
 // Profile describes generated traffic: a piecewise-constant arrival rate
 // over Duration, arrivals drawn from a seeded generator, and a service-time
@@ -144,6 +161,10 @@ type Profile struct {
 
 	// Period is the length of a diurnal cycle (diurnal).
 	Period time.Duration
+
+	// BurstSize is the mean number of requests a burst holds (bursts);
+	// Off is then the mean silence between two bursts.
+	BurstSize float64
 
 	// SpikeRate is the rate from SpikeAt for SpikeFor (spike).
 	SpikeRate         float64
@@ -206,6 +227,11 @@ func (p Profile) Validate() error {
 		errs = append(errs, rate("rate", p.Rate, true), rate("spike-rate", p.SpikeRate, false), positive("spike-for", p.SpikeFor))
 	case ShapeDiurnal:
 		errs = append(errs, rate("rate", p.Rate, false), positive("period", p.Period))
+	case ShapeBursts:
+		errs = append(errs, rate("rate", p.Rate, false), positive("off", p.Off))
+		if !(p.BurstSize >= 1) || p.BurstSize > maxRate {
+			errs = append(errs, fmt.Errorf("--burst-size %g: accepted is a mean number of requests of 1 or more, such as 100", p.BurstSize))
+		}
 	default:
 		return fmt.Errorf("--profile %q: accepted are %s", p.Shape, shapeList())
 	}
@@ -229,9 +255,9 @@ func (p Profile) Validate() error {
 		errs = append(errs, fmt.Errorf("--arrivals %q: accepted are %s and %s", p.Arrivals, ArrivalsPoisson, ArrivalsUniform))
 	}
 	switch p.ServiceDist {
-	case "", ServiceFixed, ServiceExponential:
+	case "", ServiceFixed, ServiceExponential, ServiceLognormal:
 	default:
-		errs = append(errs, fmt.Errorf("--service-dist %q: accepted are %s and %s", p.ServiceDist, ServiceFixed, ServiceExponential))
+		errs = append(errs, fmt.Errorf("--service-dist %q: accepted are %s, %s and %s", p.ServiceDist, ServiceFixed, ServiceExponential, ServiceLognormal))
 	}
 	if p.ServiceTime < 0 {
 		errs = append(errs, fmt.Errorf("--service-time %s: accepted is a duration of 0 or more, such as 100ms", p.ServiceTime))
@@ -283,14 +309,25 @@ func (p Profile) segments() []segment {
 			case OffExponential:
 				off = time.Duration(float64(p.Off) * rng.ExpFloat64())
 			case OffPareto:
-				// Inverse transform: xm / U^(1/α), xm = mean (α−1)/α.
-				xm := float64(p.Off) * (paretoShape - 1) / paretoShape
-				off = time.Duration(xm / math.Pow(1-rng.Float64(), 1/paretoShape))
+				off = time.Duration(pareto(rng, float64(p.Off)))
 			}
 			off = min(off, d) // a draw from the tail: nothing after it anyway
 			add(t, t+p.On, p.Rate)
 			add(t+p.On, t+p.On+off, 0)
 			t += p.On + off
+		}
+	case ShapeBursts:
+		// Sizes and silences from a generator of their own, as onoff's.
+		rng := rand.New(rand.NewPCG(p.Seed, 0x5eed_b00))
+		for t := time.Duration(0); t < d; {
+			// A burst of n requests at Rate lasts n/Rate: it holds n on
+			// average, whatever the arrival process.
+			n := max(pareto(rng, p.BurstSize), 1)
+			on := time.Duration(n / p.Rate * float64(time.Second))
+			off := min(time.Duration(pareto(rng, float64(p.Off))), d)
+			add(t, t+on, p.Rate)
+			add(t+on, t+on+off, 0)
+			t += on + off
 		}
 	case ShapeDiurnal:
 		step := max(p.Period/diurnalSteps, time.Second)
@@ -367,8 +404,21 @@ func (s *profileSource) Next() (Request, bool) {
 }
 
 func (s *profileSource) draw() time.Duration {
-	if s.p.ServiceDist == ServiceExponential {
+	switch s.p.ServiceDist {
+	case ServiceExponential:
 		return time.Duration(math.Round(float64(s.p.ServiceTime) * s.work.ExpFloat64()))
+	case ServiceLognormal:
+		// exp(μ + σZ) has mean exp(μ + σ²/2): μ puts the mean at
+		// ServiceTime.
+		mu := -lognormalSigma * lognormalSigma / 2
+		return time.Duration(math.Round(float64(s.p.ServiceTime) * math.Exp(mu+lognormalSigma*s.work.NormFloat64())))
 	}
 	return s.p.ServiceTime
+}
+
+// pareto draws from a Pareto distribution of shape paretoShape with the
+// given mean, by inverse transform: xm / U^(1/α), xm = mean (α−1)/α.
+func pareto(rng *rand.Rand, mean float64) float64 {
+	xm := mean * (paretoShape - 1) / paretoShape
+	return xm / math.Pow(1-rng.Float64(), 1/paretoShape)
 }

@@ -74,6 +74,7 @@ type simFlags struct {
 	spikeAt     time.Duration
 	spikeFor    time.Duration
 	offDist     string
+	burstSize   float64
 	period      time.Duration
 	arrivals    string
 	serviceTime time.Duration
@@ -130,13 +131,14 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.DurationVar(&f.sleepBase, "sleep-base", 5*time.Millisecond, "service time of a token-trace request: this fixed part...")
 	fs.DurationVar(&f.sleepPerToken, "sleep-per-token", time.Millisecond, "...plus this much per generated token")
 
-	fs.StringVar(&f.profile, "profile", "", "generate traffic of this `shape`: constant, step, onoff, spike or diurnal")
+	fs.StringVar(&f.profile, "profile", "", "generate traffic of this `shape`: constant, step, onoff, spike, diurnal or bursts")
 	fs.Float64Var(&f.rate, "rate", 0, "arrival rate in requests per second: throughout (constant), before the step, while on (onoff), outside the spike")
 	fs.DurationVar(&f.duration, "duration", 0, "how long requests arrive (a profile needs it; cuts a trace short)")
 	fs.Float64Var(&f.stepRate, "step-rate", 0, "the rate after --step-at (step)")
 	fs.DurationVar(&f.stepAt, "step-at", 0, "when the rate steps (step)")
 	fs.DurationVar(&f.on, "on", time.Minute, "length of each busy phase (onoff)")
-	fs.DurationVar(&f.off, "off", 2*time.Minute, "length of each silent phase, or its mean with --off-dist (onoff)")
+	fs.DurationVar(&f.off, "off", 2*time.Minute, "length of each silent phase, or its mean with --off-dist (onoff); the mean silence, heavy-tailed (bursts)")
+	fs.Float64Var(&f.burstSize, "burst-size", 100, "mean `requests` of a burst, heavy-tailed, arriving at --rate (bursts)")
 	fs.StringVar(&f.offDist, "off-dist", sim.OffFixed, "`distribution` of the silences (onoff): fixed, exponential or pareto (heavy-tailed, shape 1.5)")
 	fs.DurationVar(&f.period, "period", 24*time.Hour, "length of one cycle from silence to --rate and back (diurnal)")
 	fs.Float64Var(&f.spikeRate, "spike-rate", 0, "the rate during the spike (spike)")
@@ -144,7 +146,7 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.DurationVar(&f.spikeFor, "spike-for", time.Minute, "how long the spike lasts (spike)")
 	fs.StringVar(&f.arrivals, "arrivals", sim.ArrivalsPoisson, "arrival `process`: poisson (random, seeded) or uniform (evenly spaced)")
 	fs.DurationVar(&f.serviceTime, "service-time", 100*time.Millisecond, "each generated request's work at full speed (the mean, with --service-dist exponential)")
-	fs.StringVar(&f.serviceDist, "service-dist", sim.ServiceFixed, "service-time `distribution`: fixed or exponential")
+	fs.StringVar(&f.serviceDist, "service-dist", sim.ServiceFixed, "service-time `distribution`: fixed, exponential or lognormal (σ 1.2: median under half the mean, p99 about 8 times it)")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the generated traffic and of the pods' startup jitter")
 
 	fs.StringVar(&f.observations, "observations", "", "replay the decider inputs in this CSV `file` (t,ready,stable,panic) instead of traffic")
@@ -211,14 +213,15 @@ func (p *simPlan) source() sim.Source {
 // Flags of each input; a flag given without its input is a mistake.
 var (
 	traceOnlyFlags   = []string{"sleep-base", "sleep-per-token"}
-	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "off-dist", "period", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
+	profileOnlyFlags = []string{"rate", "step-rate", "step-at", "on", "off", "off-dist", "burst-size", "period", "spike-rate", "spike-at", "spike-for", "arrivals", "service-time", "service-dist"}
 	trafficOnlyFlags = []string{"duration", "seed", "pod-startup", "pod-startup-jitter", "pod-capacity", "pod-cores", "metrics-resolution",
 		"queue-limit", "route-delay", "out", "timeline", "chart", "summary", "write-trace", "tick", autoscaling.KeyTickInterval}
 	shapeFlags = map[string][]sim.Shape{
 		"step-rate":  {sim.ShapeStep},
 		"step-at":    {sim.ShapeStep},
 		"on":         {sim.ShapeOnOff},
-		"off":        {sim.ShapeOnOff},
+		"off":        {sim.ShapeOnOff, sim.ShapeBursts},
+		"burst-size": {sim.ShapeBursts},
 		"off-dist":   {sim.ShapeOnOff},
 		"period":     {sim.ShapeDiurnal},
 		"spike-rate": {sim.ShapeSpike},
@@ -539,7 +542,7 @@ func parseSim(args []string) (*simPlan, error) {
 	prof := sim.Profile{
 		Shape: shape, Rate: f.rate, Duration: f.duration,
 		StepRate: f.stepRate, StepAt: f.stepAt,
-		On: f.on, Off: f.off, OffDist: f.offDist, Period: f.period,
+		On: f.on, Off: f.off, OffDist: f.offDist, Period: f.period, BurstSize: f.burstSize,
 		SpikeRate: f.spikeRate, SpikeAt: f.spikeAt, SpikeFor: f.spikeFor,
 		Arrivals: f.arrivals, ServiceTime: f.serviceTime, ServiceDist: f.serviceDist,
 		Seed: f.seed,
@@ -686,12 +689,17 @@ func describeProfile(p sim.Profile) string {
 		}
 	case sim.ShapeDiurnal:
 		fmt.Fprintf(&b, "0 to %s and back every %s", rate(p.Rate), p.Period)
+	case sim.ShapeBursts:
+		fmt.Fprintf(&b, "bursts of %g requests at %s after silences of %s, both Pareto means", p.BurstSize, rate(p.Rate), p.Off)
 	case sim.ShapeSpike:
 		fmt.Fprintf(&b, "%s, %s from %s for %s", rate(p.Rate), rate(p.SpikeRate), p.SpikeAt, p.SpikeFor)
 	}
 	dist := "fixed"
-	if p.ServiceDist == sim.ServiceExponential {
+	switch p.ServiceDist {
+	case sim.ServiceExponential:
 		dist = "exponential, mean"
+	case sim.ServiceLognormal:
+		dist = "lognormal, mean"
 	}
 	arrivals := p.Arrivals
 	if arrivals == "" {
@@ -818,6 +826,7 @@ func runAll(ctx context.Context, p *simPlan, cfgs []sim.Config, names []string, 
 	}
 	for i, r := range results {
 		r.Summary.OraclePodSeconds = bound.Summary.PodSeconds
+		r.Summary.OracleMaxPods = bound.Summary.MaxPods
 		if names[i] == string(sim.Oracle) {
 			continue
 		}

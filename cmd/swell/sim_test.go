@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -204,13 +205,28 @@ func TestSimComparison(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 7 || !strings.HasPrefix(lines[0], "profile onoff") ||
-		strings.Join(strings.Fields(lines[2]), " ") != "policy pod-seconds × oracle cold starts waited p50 wait p99 wait rejected max pods" {
+		strings.Join(strings.Fields(lines[2]), " ") != "policy pod-seconds × oracle starting serving idle cold starts waited p50 wait p99 wait rejected max pods × oracle's" {
 		t.Fatalf("table:\n%s", out)
 	}
 	// The bound's row: its own ratio, nothing waits; every policy costs
 	// more.
-	if f := strings.Fields(lines[6]); f[0] != "oracle" || f[2] != "1.00×" || f[3] != "0" || f[4] != "0" {
+	if f := strings.Fields(lines[6]); f[0] != "oracle" || f[2] != "1.00×" || f[6] != "0" || f[7] != "0" || f[len(f)-1] != "1.00×" {
 		t.Errorf("oracle row %q", lines[6])
+	}
+	// Each row's pod-seconds split into starting, serving and idle.
+	for _, l := range lines[3:] {
+		f := strings.Fields(l)
+		var parts [4]float64
+		for i, j := range []int{1, 3, 4, 5} {
+			v, err := strconv.ParseFloat(f[j], 64)
+			if err != nil {
+				t.Fatalf("row %q: column %d: %v", l, j, err)
+			}
+			parts[i] = v
+		}
+		if sum := parts[1] + parts[2] + parts[3]; math.Abs(sum-parts[0]) > 0.2 {
+			t.Errorf("row %q: starting + serving + idle = %.1f, want the %.1f pod-seconds", l, sum, parts[0])
+		}
 	}
 	for i, class := range []string{"kpa", "hpa", "pid", "oracle"} {
 		if !strings.HasPrefix(lines[3+i], class+" ") {
@@ -238,7 +254,7 @@ func TestSimCPUComparison(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	// 35/s × 200ms is 7 cores of work, 10 pods at 70% of a core.
-	if len(lines) != 7 || !strings.HasSuffix(lines[2], "max pods  first up  to 10 ready") {
+	if len(lines) != 7 || !strings.HasSuffix(lines[2], "max pods  × oracle's  first up  to 10 ready") {
 		t.Fatalf("table:\n%s", out)
 	}
 	var names []string

@@ -18,6 +18,8 @@ for startup in 2s 10s; do
 		echo
 	}
 	run "LLM trace" --trace "$trace" --sleep-per-token 20ms --container-concurrency 4
+	run "bursts, heavy-tailed sizes, silences and service times" --profile bursts --rate 12 --burst-size 150 --off 1m --duration 1h \
+		--service-time 560ms --service-dist lognormal --container-concurrency 4
 	run "on/off, Pareto silences" --profile onoff --rate 2 --on 1m --off 4m --off-dist pareto --duration 12h
 	run "on/off, regular silences" --profile onoff --rate 2 --on 30s --off 100s --duration 6h
 	run "diurnal" --profile diurnal --rate 20 --period 2h --duration 6h --service-time 200ms --container-concurrency 4

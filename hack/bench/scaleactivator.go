@@ -264,7 +264,7 @@ func scaleActivatorSection(a scaleActivator, out string) section {
 				fmt.Sprintf("%.1f → %.1f µs (%.2f×)", a.chainSmall/1e3, a.chain/1e3, a.chainRatio)},
 			{fmt.Sprintf("reports, %s of %s services busy", thousands(n/10), thousands(n)), report(a.busy)},
 			{fmt.Sprintf("reports, all %s busy", thousands(n)), report(a.all)},
-			{"removing services at once, per service removed: 1,000 routed; 2,000", fmt.Sprintf("%.2f ms; %.2f ms", a.remove1k/1e6, a.remove2k/1e6)},
+			{"removing services at once, per service removed: 1,000 routed; 2,000", fmt.Sprintf("%.1f µs; %.1f µs", a.remove1k/1e3, a.remove2k/1e3)},
 			{"heap kept per service removed (2,000)", kib(a.left)},
 			{fmt.Sprintf("a service's own port (BenchmarkScalePorts, %s ports open): file descriptors, goroutines", thousands(n)),
 				fmt.Sprintf("%.2f, %.2f", a.ports.fds, a.ports.goroutines)},

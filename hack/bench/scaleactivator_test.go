@@ -87,7 +87,7 @@ func TestScaleActivatorLine(t *testing.T) {
 	var b strings.Builder
 	s.write(&b)
 	for _, want := range []string{"9.1 KiB; 12.7 KiB (89 MiB and 124 MiB at 10,000)", "60 → 90 ns (1.38×)", "5.0 → 8.5 µs (1.70×)",
-		"25.4 KiB/s (25.5 KiB/s on the socket), 1 frame/s; a period's report 1.9 ms", "0.29 ms; 1.02 ms",
+		"25.4 KiB/s (25.5 KiB/s on the socket), 1 frame/s; a period's report 1.9 ms", "285.1 µs; 1021.7 µs",
 		"1.00, 1.00", "1.0 KiB; 5.9 KiB (9 MiB and 58 MiB at 10,000)", "74 µs; 112 ns"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("section lacks %q:\n%s", want, b.String())

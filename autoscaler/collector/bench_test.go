@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"k8s.io/utils/clock"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/pkg/stats"
@@ -186,9 +187,9 @@ func BenchmarkScrape(b *testing.B) {
 		new  func(keepAlive bool) (scraper, func())
 	}{
 		{"own", func(keepAlive bool) (scraper, func()) {
-			pool := newConnPool(1, podIdleTimeout)
+			pool := newConnPool(1, podIdleTimeout, clock.RealClock{})
 			if !keepAlive {
-				pool = newConnPool(0, podIdleTimeout)
+				pool = newConnPool(0, podIdleTimeout, clock.RealClock{})
 			}
 			return newConnScraper(pool, DefaultScrapeTimeout), func() { pool.closeIdle(time.Now().Add(time.Hour)) }
 		}},

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/stats"
 )
@@ -148,7 +151,7 @@ func okResponse(ct string, body []byte, extra string) string {
 // testScraper is a scraper with its own pool, which it empties when t
 // ends.
 func testScraper(t testing.TB, timeout time.Duration) (*connScraper, *connPool) {
-	pool := newConnPool(100, podIdleTimeout)
+	pool := newConnPool(100, podIdleTimeout, clock.RealClock{})
 	t.Cleanup(func() { pool.closeIdle(time.Now().Add(time.Hour)) })
 	return newConnScraper(pool, timeout), pool
 }
@@ -576,7 +579,7 @@ func TestConnPool(t *testing.T) {
 	conn := func() net.Conn { return &countingConn{closed: &closed} }
 	at := func(addr string) podID { return podID{addr: addr} }
 	now := time.Now()
-	p := newConnPool(2, time.Minute)
+	p := newConnPool(2, time.Minute, clock.RealClock{})
 	a, b := conn(), conn()
 	p.put(at("a"), a, now)
 	p.put(at("a"), b, now) // a second for one pod
@@ -601,27 +604,49 @@ func TestConnPool(t *testing.T) {
 		t.Fatalf("%d kept, want 0", p.len())
 	}
 
-	// The sweeper closes what nobody takes.
-	p = newConnPool(10, 50*time.Millisecond)
+	// The sweeper closes what nobody takes, every half idle time while the
+	// pool holds any: on a fake clock, each sweep signalled.
+	clk := clocktesting.NewFakeClock(now)
+	const idle = time.Minute
+	p = newConnPool(10, idle, clk)
+	swept := make(chan struct{}, 1)
+	p.swept = func() { swept <- struct{}{} }
+	step := func(what string) {
+		t.Helper()
+		clk.Step(idle / 2)
+		select {
+		case <-swept:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no sweep after half the idle time", what)
+		}
+	}
 	for i := range 3 {
-		p.put(at(strconv.Itoa(i)), conn(), time.Now())
+		p.put(at(strconv.Itoa(i)), conn(), clk.Now())
 	}
-	// The sweeper takes the connections out of the pool before it closes
-	// them, so the pool is empty a moment before the last close.
-	deadline := time.Now().Add(5 * time.Second)
-	for (p.len() > 0 || closed.Load() < 6) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	closed.Store(0)
+	step("first")
+	step("second") // idle exactly: not yet before the cutoff
+	if p.len() != 3 || closed.Load() != 0 {
+		t.Fatalf("within the idle time: %d kept, %d closed; want 3 and 0", p.len(), closed.Load())
 	}
-	if p.len() != 0 || closed.Load() != 6 {
-		t.Fatalf("after the idle time: %d kept, %d closed; want 0 and 6", p.len(), closed.Load())
+	step("third")
+	if p.len() != 0 || closed.Load() != 3 {
+		t.Fatalf("past the idle time: %d kept, %d closed; want 0 and 3", p.len(), closed.Load())
+	}
+	// Empty, it is not armed: nothing fires.
+	clk.Step(idle)
+	select {
+	case <-swept:
+		t.Fatal("a sweep with nothing in the pool")
+	default:
 	}
 	// And comes back for the next.
-	p.put(at("again"), conn(), time.Now())
-	for p.len() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+	p.put(at("again"), conn(), clk.Now())
+	for range 3 {
+		step("again")
 	}
-	if p.len() != 0 {
-		t.Fatal("the sweeper did not come back")
+	if p.len() != 0 || closed.Load() != 4 {
+		t.Fatalf("the sweeper did not come back: %d kept, %d closed; want 0 and 4", p.len(), closed.Load())
 	}
 }
 

@@ -247,7 +247,7 @@ func New(cfg Config) (*Collector, error) {
 		c.workers = 128
 	}
 	if c.client == nil {
-		c.pool = newConnPool(maxIdleConns(c.workers), podIdleTimeout)
+		c.pool = newConnPool(maxIdleConns(c.workers), podIdleTimeout, clock.RealClock{})
 		c.listed = make(map[podID]struct{})
 	}
 	if c.clock == nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // podIdleTimeout is how long a pod's connection is kept without a
@@ -52,11 +54,13 @@ type connPool struct {
 	// Shards keep the workers of a round, who each take and give back a
 	// connection per scrape, off one another's lock.
 	shards [poolShards]poolShard
-	// sweeper closes what expired, every half idle while the pool holds
-	// anything, so that a collector that stops running rounds (a leader
-	// that lost its lease) closes its connections all the same.
-	sweeper *time.Timer
-	armed   atomic.Bool
+	// A sweep closes what expired, every half idle while the pool holds
+	// anything (armed), so that a collector that stops running rounds (a
+	// leader that lost its lease) closes its connections all the same.
+	armed atomic.Bool
+	clk   clock.WithDelayedExecution
+	// swept, when set (by tests), is called after each sweep.
+	swept func()
 }
 
 const poolShards = 64
@@ -80,15 +84,21 @@ type poolConn struct {
 }
 
 // newConnPool returns a pool of at most max connections, each kept for
-// idle.
-func newConnPool(max int, idle time.Duration) *connPool {
-	p := &connPool{max: int64(max), idle: idle, seed: maphash.MakeSeed()}
+// idle, swept on clk.
+func newConnPool(max int, idle time.Duration, clk clock.WithDelayedExecution) *connPool {
+	p := &connPool{max: int64(max), idle: idle, seed: maphash.MakeSeed(), clk: clk}
 	for i := range p.shards {
 		p.shards[i].conns = make(map[podID]idleConn)
 	}
-	p.sweeper = time.AfterFunc(idle, p.sweep)
-	p.sweeper.Stop()
 	return p
+}
+
+// arm has a sweep run in half the idle time. On a goroutine of its own:
+// the sweep reads the clock and arms the next, which a fake clock's
+// AfterFunc, running the function while it holds its lock, would not
+// allow.
+func (p *connPool) arm() {
+	p.clk.AfterFunc(p.idle/2, func() { go p.sweep() })
 }
 
 // shard is where pod's connection is kept. The address alone picks it:
@@ -148,19 +158,22 @@ func (p *connPool) put(pod podID, c net.Conn, now time.Time) {
 		return
 	}
 	if p.armed.CompareAndSwap(false, true) {
-		p.sweeper.Reset(p.idle / 2)
+		p.arm()
 	}
 }
 
 // sweep closes the connections idle for idle or longer, and comes back
 // while any is left.
 func (p *connPool) sweep() {
-	p.closeIdle(time.Now().Add(-p.idle))
+	p.closeIdle(p.clk.Now().Add(-p.idle))
 	p.armed.Store(false)
-	// A put between the two lines above has seen the sweeper armed, and
+	// A put between the two lines above has seen the pool armed, and
 	// left it to this to arm it again.
 	if p.n.Load() > 0 && p.armed.CompareAndSwap(false, true) {
-		p.sweeper.Reset(p.idle / 2)
+		p.arm()
+	}
+	if p.swept != nil {
+		p.swept()
 	}
 }
 

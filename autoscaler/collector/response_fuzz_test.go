@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/swell-run/swell/pkg/stats"
 )
 
@@ -99,7 +101,7 @@ func FuzzScrapeResponse(f *testing.F) {
 				b = b[n:]
 			}
 		}()
-		s := newConnScraper(newConnPool(0, time.Minute), time.Second)
+		s := newConnScraper(newConnPool(0, time.Minute, clock.RealClock{}), time.Second)
 		var err error
 		if s.req, err = appendRequest(nil, "10.0.0.1:9090"); err != nil {
 			t.Fatal(err)

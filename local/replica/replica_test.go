@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -152,25 +153,35 @@ func TestServesThroughQueueProxy(t *testing.T) {
 	}
 }
 
+// TestStopLetsRequestInFlightFinish: a request the app holds is in
+// flight when Stop begins: the replica is not ready and says it is
+// stopping, Stop waits for the request, the request is answered, then
+// Stop returns.
 func TestStopLetsRequestInFlightFinish(t *testing.T) {
-	r, _ := start(t, Spec{Command: hello(t)})
+	release := filepath.Join(t.TempDir(), "release")
+	if err := syscall.Mkfifo(release, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	cmd, env := heldApp(t, release)
+	r, _ := start(t, Spec{Command: cmd, Env: env})
 	waitReady(t, r)
 	addr := "http://" + r.ServingAddr()
 
 	type result struct {
 		code int
+		body string
 		err  error
 	}
 	res := make(chan result, 1)
 	go func() {
-		resp, err := http.Get(addr + "/?sleep=1s")
+		resp, err := http.Get(addr + "/hold")
 		if err != nil {
 			res <- result{err: err}
 			return
 		}
-		io.Copy(io.Discard, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		res <- result{code: resp.StatusCode}
+		res <- result{code: resp.StatusCode, body: string(b)}
 	}()
 	proctest.Eventually(t, waitFor, func() bool {
 		_, body := get(t, addr+"/stats")
@@ -178,7 +189,7 @@ func TestStopLetsRequestInFlightFinish(t *testing.T) {
 			InFlight int `json:"inflight"`
 		}
 		return json.Unmarshal([]byte(body), &s) == nil && s.InFlight == 1
-	}, "the slow request never reached the app")
+	}, "the held request never reached the app")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Stop(context.Background()) }()
@@ -186,17 +197,28 @@ func TestStopLetsRequestInFlightFinish(t *testing.T) {
 	if s := r.State(); s != "stopping" {
 		t.Fatalf("State() = %q while stopping, want stopping", s)
 	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while a request was in flight", err)
+	case got := <-res:
+		t.Fatalf("the held request ended before it was released: %+v", got)
+	default:
+	}
 
+	// Release it: writing to the pipe and closing it ends the app's read.
+	f, err := os.OpenFile(release, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	var got result
 	select {
 	case got = <-res:
-	case err := <-stopped:
-		t.Fatalf("Stop returned (%v) before the request in flight finished", err)
 	case <-time.After(waitFor):
-		t.Fatal("request in flight never finished")
+		t.Fatal("the request in flight never finished once released")
 	}
-	if got.err != nil || got.code != http.StatusOK {
-		t.Fatalf("request in flight during Stop: %d %v, want 200", got.code, got.err)
+	if got.err != nil || got.code != http.StatusOK || got.body != "released\n" {
+		t.Fatalf("request in flight during Stop: %d %q %v, want 200 released", got.code, got.body, got.err)
 	}
 	if err := <-stopped; err != nil {
 		t.Fatal(err)

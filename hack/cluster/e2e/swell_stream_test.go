@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -220,18 +219,7 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 // peerGet sends GET url with the Host header host, waiting for a cold
 // start, and returns the status, the Demo-Peer header and the body.
 func peerGet(ctx context.Context, url, host string) (code int, peer, body string, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", "", err
-	}
-	req.Host = host
-	resp, err := slowClient.Do(req)
-	if err != nil {
-		return 0, "", "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get(demoPeer), string(b), err
+	return clientGet(ctx, slowClient, url, host)
 }
 
 // lastBytes is the last n bytes of s.

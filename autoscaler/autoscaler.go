@@ -697,6 +697,7 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		// What Status shows of it is copied at the next decision, under the
 		// lock the decision takes anyway.
 		s.core.Record(engine.Sample{Time: sm.Time, Concurrency: sm.Concurrency, RPS: sm.RPS,
+			PodConcurrency: sm.PodConcurrency + sm.PodProxiedConcurrency, PodRPS: sm.PodRPS + sm.PodProxiedRPS,
 			CPU: sm.CPU, Memory: sm.Memory, Gauge: sm.Gauge, HasCPU: sm.HasCPU, HasMemory: sm.HasMemory, HasGauge: sm.HasGauge})
 		if len(sm.Pods) > 0 {
 			s.recordLoads(sm.Pods)

@@ -286,7 +286,9 @@ func TestConstantLoadScalesThroughTheExecutor(t *testing.T) {
 	h := newHarness(t)
 	k := key("hello")
 	h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
-	h.a.Upsert(k, autoscaling.DefaultSpec()) // 70 in flight per pod
+	spec := autoscaling.DefaultSpec() // 70 in flight per pod
+	spec.Class = autoscaling.ClassKPA // and Knative's burst capacity
+	h.a.Upsert(k, spec)
 	p := newPods(t, 6)
 	p.follow(h, k, 210)
 
@@ -577,7 +579,7 @@ func TestStatusOverHTTP(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	s := st.Services[0]
-	if s.Namespace != "default" || s.Name != "web" || !s.Decided || s.Scale != 1 || s.Class != "kpa" || s.Metric != "concurrency" ||
+	if s.Namespace != "default" || s.Name != "web" || !s.Decided || s.Scale != 1 || s.Class != string(autoscaling.DefaultSpec().Class) || s.Metric != "concurrency" ||
 		s.TargetPerPod != 70 || s.Pods != 1 || math.Abs(s.Stable-35) > 1e-6 || len(s.Decisions) == 0 {
 		t.Fatalf("service status %s", body)
 	}

@@ -11,23 +11,34 @@ import (
 )
 
 // adaptive is the policy that learns each service (docs/autoscaling.md,
-// "adaptive"). While it knows nothing it decides exactly as kpa does; what
-// it learns changes three things:
+// "adaptive"), Swell's default class. It sizes the pods by the work in
+// sight rather than by the load's window, and learns four things:
 //
+//   - How long a request takes in a pod: the pods' own concurrency over
+//     their requests (Little's law), which a queue at the activators does
+//     not lengthen. With it the policy sizes by work (sized): the pods
+//     that serve the arrivals at the target, and the backlog — the
+//     requests the activator holds, times that time — drained within one
+//     pod start by the pods that will then be ready. Pods already
+//     starting count as capacity on its way; a pod no longer needed is
+//     let go once keeping it has cost a start. While it does not know
+//     the service time it decides as kpa does, except that a queue
+//     behind a first start is no reason for more pods.
+//   - How fast pods start: measured from each scale-up to the pods being
+//     ready. It is the horizon a backlog is drained within, and how early
+//     a pod is pre-warmed.
 //   - When to let go, and when to come back. Every idle gap — from the
 //     last traffic the decider saw to the next — goes into a histogram on a
 //     logarithmic scale. From it the policy chooses how long to keep the
 //     last pod after traffic stops, or to let it go at once and start one
 //     again just before the next request is likely: the plan with the
 //     fewest cold starts the past gaps would have had, for no more
-//     pod-seconds than kpa's grace would have spent on them. This is the
-//     hybrid-histogram keep-alive of "Serverless in the Wild" (Shahrad et
-//     al., ATC 2020), with the windows chosen against a cost budget
-//     instead of fixed percentiles.
-//   - How fast pods start: measured from each scale-up to the pods being
-//     ready. While the pods asked for are still starting, the load they
-//     will absorb (their slots) is not asked for again: requests queued
-//     behind a start are not a reason for more pods.
+//     pod-seconds than kpa would have spent on them — its grace on the
+//     last pod, and its stable window on the pods a busy period had,
+//     which the sizing lets go instead. This is the hybrid-histogram
+//     keep-alive of "Serverless in the Wild" (Shahrad et al., ATC 2020),
+//     with the windows chosen against a cost budget instead of fixed
+//     percentiles.
 //   - How much headroom to hold: the burst capacity that keeps the
 //     activator in the path is the largest surge above the stable level
 //     the service has had lately (it decays with an hour's half-life), not
@@ -53,6 +64,19 @@ type adaptive struct {
 	burstAt           time.Time
 	// interval is the time between decisions (the tick), as seen.
 	interval time.Duration
+	// servedEW and requestsEW are exponentially weighted means of the
+	// pods' request-seconds and requests per decision: their ratio is the
+	// service time (learned.service).
+	servedEW, requestsEW float64
+	// peak is the most pods asked for since the last idle gap.
+	peak int
+	// bySize says the last recommendation was sized by work: kpa's
+	// panic mode, not updated then, does not apply.
+	bySize bool
+	// need holds the work-sized recommendations of the last startup: a
+	// pod no longer needed is kept until keeping it has cost what starting
+	// it again would.
+	need *extremum
 }
 
 // learned is what the adaptive policy knows about a service.
@@ -73,6 +97,9 @@ type learned struct {
 	// burst is the largest surge of load above the stable window seen
 	// lately, decaying with burstHalfLife.
 	burst float64
+	// busyPods is the most pods a busy period asked for, an exponentially
+	// weighted mean over the busy periods.
+	busyPods float64
 }
 
 const (
@@ -89,22 +116,15 @@ const (
 	burstHalfLife = time.Hour
 	// startupWeight is the weight of a new startup measurement.
 	startupWeight = 0.3
-	// backlogShare: a load this many times the arrivals' (times the
-	// service time) or more has a backlog; below, the difference is noise.
-	backlogShare = 1.25
 	// minBurstPods is the least burst capacity, in pods' worth of target.
 	minBurstPods = 2
-	// drainShare: a backlog is sized to drain within 1/drainShare of a
-	// pod's start.
-	drainShare = 2
 	// maxCandidates bounds the times a plan is searched over.
 	maxCandidates = 16
 	// quiet is the least idle time a gap counts from: a second's load is
 	// reported up to a second after it ends.
 	quiet = 2 * time.Second
-	// budgetShare is the share of kpa's idle pod-seconds a plan may
-	// spend: a margin for what the histogram's bins round away.
-	budgetShare = 1
+	// busyWeight is the weight of each busy period's pods.
+	busyWeight = 0.1
 	// serviceWeight is the weight of each decision's service time: about
 	// the last minute of decisions counts.
 	serviceWeight = 0.05
@@ -133,7 +153,7 @@ func gapMid(i int) time.Duration {
 }
 
 func newAdaptive(now time.Time, scale int, restart bool) *adaptive {
-	a := &adaptive{kpa: newKPA(now, scale, restart)}
+	a := &adaptive{kpa: newKPA(now, scale, restart), need: newExtremum(0, false)}
 	if scale > 0 && !restart {
 		// A new service's initial pods are being started now.
 		a.upAt, a.upWant = now, scale
@@ -154,40 +174,10 @@ type idlePlan struct {
 
 func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 	sp := in.spec
-
-	// Requests queued behind a start are no reason for as many pods as
-	// requests: size for the arrivals (times the learned service time),
-	// for what they exceed the ready pods' slots by while new pods start,
-	// and for the backlog then left, to drain within half a start.
-	pin := *in
-	discounted := false
-	if a.service > 0 && a.startup > 0 && in.hasArrivals && !a.hybrid {
-		frac := min(1, drainShare*a.service.Seconds()/a.startup.Seconds())
-		slots := math.Inf(1)
-		if sp.ContainerConcurrency > 0 {
-			slots = float64(in.ready * sp.ContainerConcurrency)
-		}
-		eff := func(load, arrivals float64) float64 {
-			sustained := arrivals * a.service.Seconds()
-			backlog := load - sustained
-			if backlog > (backlogShare-1)*sustained {
-				// A backlog: only its share a new pod could serve.
-				backlog *= frac
-			}
-			return max(0, sustained+max(0, sustained-slots)+backlog)
-		}
-		pin.panic, pin.stable = eff(in.panic, max(in.arrPanic, in.arrRecent)), eff(in.stable, in.arrStable)
-		discounted = math.Abs(pin.panic-in.panic) > 0.1*in.panic
-	}
-	r, b := a.kpa.recommend(&pin, b)
-	if discounted {
-		b = append(b, "; sizing for "...)
-		b = appendNum(b, max(in.arrPanic, in.arrRecent))
-		b = append(b, "/s × "...)
-		b = appendSeconds(b, a.service.Round(time.Millisecond))
-		b = append(b, ", the backlog to drain within half a start ("...)
-		b = appendSeconds(b, a.startup.Round(time.Second/10))
-		b = append(b, ")"...)
+	r, sized, b := a.sized(in, b)
+	a.bySize = sized
+	if !sized {
+		r, b = a.kpa.recommend(in, b)
 	}
 
 	// Traffic stopped and the plan lets the pods go now: recommend zero,
@@ -200,14 +190,156 @@ func (a *adaptive) recommend(in *input, b []byte) (recommendation, []byte) {
 	return r, b
 }
 
+// sized is the recommendation by work: the pods that serve the arrivals
+// at the target, and drain what is queued — the backlog now and what
+// will have queued by the time the pods asked for are ready — within one
+// pod start, at full slots. Pods already starting count: they are asked
+// for, and the sum is the pods asked for in all. A pod the work no longer
+// needs is kept only until keeping it has cost a start (the ski rental's
+// break-even), whatever a panic window would say. sized is false while
+// the service time is unknown (kpa decides then), except for a first
+// start: while the first pods start, a queue is no evidence of work.
+func (a *adaptive) sized(in *input, b []byte) (recommendation, bool, []byte) {
+	sp := in.spec
+	if a.hybrid || !in.hasArrivals || !sizesByWork(sp) {
+		return recommendation{}, false, b
+	}
+	starting := in.prevScale - in.ready
+	if a.service == 0 {
+		// Nothing served yet: the requests held at the activator say
+		// nothing of the work until the first pods have served some.
+		if in.prevScale > 0 && in.pending > 0 {
+			b = append(b, "work unknown: waiting for "...)
+			b = appendPods(b, in.prevScale)
+			b = append(b, " to serve"...)
+			return recommendation{desired: in.prevScale}, true, b
+		}
+		return recommendation{}, false, b
+	}
+	svc := a.service.Seconds()
+	horizon := a.startup
+	if horizon == 0 {
+		horizon = sp.PanicWindow
+	}
+	perPod := sp.TargetPerPod()
+	slots := perPod
+	if sp.ContainerConcurrency > 0 {
+		slots = float64(sp.ContainerConcurrency)
+	}
+	arrivals := arrivalRate(in.arrStable, in.arrPanic, sp.PanicWindow)
+	sustained := arrivals * svc
+	// What waits: the activator's requests beyond the ready pods' slots
+	// (without a hard limit, every request it holds once a pod is ready
+	// is on its way to one).
+	queued := float64(in.pending)
+	switch {
+	case sp.ContainerConcurrency > 0:
+		queued = max(0, queued-float64(in.ready*sp.ContainerConcurrency))
+	case in.ready > 0:
+		queued = 0
+	}
+	// Until the pods on their way are ready, the arrivals the ready pods
+	// have no slot for queue too (without a hard limit they share the
+	// pods, and nothing queues).
+	var short float64
+	if sp.ContainerConcurrency > 0 {
+		short = max(0, sustained-float64(in.ready)*slots)
+	}
+	until := horizon
+	if starting > 0 && a.upWant > 0 {
+		until = max(horizon-in.now.Sub(a.upAt), a.interval, time.Second)
+	}
+	work := queued*svc + short*until.Seconds()
+	want := sustained/perPod + work/max(horizon, sp.PanicWindow).Seconds()/slots
+	n := podsAtLeast(math.Ceil(want - 1e-9))
+	if n == 0 && (arrivals > 0 || in.pending > 0 || in.panic > 0) {
+		n = 1
+	}
+	a.need.resize(max(horizon, 2*a.interval))
+	a.need.record(in.now, n)
+	held, _ := a.need.value(in.now)
+	down, up := rateLimits(sp, in.ready)
+	desired := min(max(held, down), up)
+	// The reason names pods, not the learned times, which drift: a steady
+	// service keeps one reason string and allocates nothing.
+	b = append(b, "work: "...)
+	b = appendPods(b, n)
+	if work > 0 {
+		b = append(b, " for the arrivals and the backlog, drained within a start"...)
+	} else {
+		b = append(b, " for the arrivals"...)
+	}
+	switch {
+	case desired == up && held > up:
+		b = append(b, "; max-scale-up-rate limits to "...)
+		b = appendPods(b, up)
+	case desired == down && held < down:
+		b = append(b, "; max-scale-down-rate limits to "...)
+		b = appendPods(b, down)
+	case held > n:
+		b = append(b, "; keeping "...)
+		b = appendPods(b, held)
+		b = append(b, " for a start"...)
+	}
+	return recommendation{desired: desired}, true, b
+}
+
+// sizesByWork says sp scales on concurrency alone, the work requests
+// bring; with another metric beside it (or rps instead) the metrics'
+// recommendation decides, read as kpa reads it.
+func sizesByWork(sp *autoscaling.Spec) bool {
+	if sp.Metric != autoscaling.MetricConcurrency {
+		return false
+	}
+	for _, m := range sp.Metrics {
+		if m != autoscaling.MetricConcurrency {
+			return false
+		}
+	}
+	return true
+}
+
+// arrivalRate is the arrival rate to size for: the stable window's, the
+// better estimate of a steady rate, unless the panic window's count
+// differs from what that rate would bring by more than Poisson noise
+// would (two standard deviations): then the rate has changed, and the
+// panic window's is the current one.
+func arrivalRate(stable, panic float64, panicWindow time.Duration) float64 {
+	want := stable * panicWindow.Seconds()
+	if math.Abs(panic*panicWindow.Seconds()-want) > 2*math.Sqrt(max(want, 1)) {
+		return panic
+	}
+	return stable
+}
+
+// remembered takes what was learned, just given back, as the start of
+// the learning: the service time weighs as one request would.
+func (a *adaptive) remembered() {
+	a.planned = false
+	a.servedEW, a.requestsEW = 0, 0
+	if a.service > 0 {
+		a.servedEW, a.requestsEW = a.service.Seconds(), 1
+	}
+}
+
 // observe learns from one decision's input, whether or not the window has
 // data: an idle gap that ended, a startup finished, a surge.
 func (a *adaptive) observe(in *input) {
+	var dt float64 // since the previous decision, in seconds
+	if !a.last.IsZero() {
+		dt = in.now.Sub(a.last).Seconds()
+	}
 	if !a.last.IsZero() && !a.prevTraffic.IsZero() && in.lastSeen.After(a.prevTraffic) {
 		// Traffic again: a gap ended if the last decision had seen none
 		// for longer than a second's bucket takes to be reported.
 		if gap := in.lastSeen.Sub(a.prevTraffic); a.last.Sub(a.prevTraffic) > quiet && gap > 0 {
 			a.record(gap)
+			if a.busyPods == 0 {
+				a.busyPods = float64(a.peak)
+			} else {
+				a.busyPods = busyWeight*float64(a.peak) + (1-busyWeight)*a.busyPods
+			}
+			a.peak = 0
 		}
 	}
 	if !a.last.IsZero() {
@@ -215,6 +347,9 @@ func (a *adaptive) observe(in *input) {
 		a.interval = max(in.now.Sub(a.last), a.interval*63/64)
 	}
 	a.last, a.prevTraffic = in.now, in.lastSeen
+	if in.lastSeen.Equal(in.now) {
+		a.peak = max(a.peak, in.prevScale)
+	}
 
 	if a.upWant > 0 && in.ready >= a.upWant {
 		took := in.now.Sub(a.upAt)
@@ -231,10 +366,19 @@ func (a *adaptive) observe(in *input) {
 		a.upWant = 0
 	}
 
-	// Little's law, in a stable window without a queue: the load per
-	// ready pod well under its hard limit, nothing held at the activator.
+	// Little's law on the pods' own figures, which a queue at the
+	// activators does not touch (a queue in the pods' queue-proxies does:
+	// it makes the time longer, and the sizing safer).
 	sp := in.spec
-	if in.hasArrivals && in.arrStable > 0 && in.stable > 0 && in.ready > 0 && in.pending == 0 &&
+	if in.servedRequests > 0 && (sp.ContainerConcurrency == 0 || in.pending > 0 || in.served < 0.8*dt*float64(in.ready*sp.ContainerConcurrency)) {
+		w := serviceWeight
+		if a.requestsEW == 0 {
+			w = 1
+		}
+		a.servedEW = w*in.served + (1-w)*a.servedEW
+		a.requestsEW = w*in.servedRequests + (1-w)*a.requestsEW
+		a.service = time.Duration(a.servedEW / a.requestsEW * float64(time.Second))
+	} else if a.requestsEW == 0 && in.hasArrivals && in.arrStable > 0 && in.stable > 0 && in.ready > 0 && in.pending == 0 &&
 		(sp.ContainerConcurrency == 0 || in.stable < 0.8*float64(in.ready*sp.ContainerConcurrency)) {
 		st := time.Duration(in.stable / in.arrStable * float64(time.Second))
 		if a.service == 0 {
@@ -286,7 +430,7 @@ func (a *adaptive) idlePlan(sp *autoscaling.Spec) (idlePlan, bool) {
 	if a.hybrid {
 		a.plan = planPercentiles(&a.gaps, a.lead(), quiet+a.interval)
 	} else {
-		a.plan = planIdle(&a.gaps, budgetKeep(sp), a.startup, quiet+a.interval, a.lead())
+		a.plan = planIdle(&a.gaps, budgetKeep(sp), max(1, a.busyPods), a.startup, quiet+a.interval, a.lead())
 	}
 	return a.plan, a.plan.n >= minGaps
 }
@@ -340,13 +484,15 @@ func (a *adaptive) lead() time.Duration {
 }
 
 // planIdle chooses, for the gaps of h, the idle plan with the fewest cold
-// starts whose pod-seconds are within budgetShare of keeping the last pod
-// for budget (each gap longer costing a restart, startup), the cheaper of
+// starts whose pod-seconds are within share times those of keeping the
+// last pod for budget (each gap longer costing a restart, startup) — share
+// being the pods a busy period has, which kpa would keep for its stable
+// window after it, and which the sizing by work lets go — the cheaper of
 // equals. release is the earliest a pod can be let go (the decider sees no
 // traffic only once the panic window is empty, and acts at its next
 // decision); a pre-warmed pod is asked for lead before it must be ready.
 // Pre-warming plans need a measured startup.
-func planIdle(h *[gapBins]uint16, budget, startup, release, lead time.Duration) idlePlan {
+func planIdle(h *[gapBins]uint16, budget time.Duration, share float64, startup, release, lead time.Duration) idlePlan {
 	n := 0
 	for _, c := range h {
 		n += int(c)
@@ -399,7 +545,7 @@ func planIdle(h *[gapBins]uint16, budget, startup, release, lead time.Duration) 
 	}
 	limit := eval(budget, 0, 0)
 	bo := limit
-	limit.cost *= budgetShare
+	limit.cost *= share
 	better := func(o outcome) bool {
 		return o.cost <= limit.cost+1e-9 && (o.cold < bo.cold || o.cold == bo.cold && o.cost < bo.cost)
 	}
@@ -512,16 +658,17 @@ func (a *adaptive) applied(now time.Time, prev, scale int) {
 	a.kpa.applied(now, prev, scale)
 }
 
-func (a *adaptive) panicking() bool { return a.kpa.panicking() }
+func (a *adaptive) panicking() bool { return !a.bySize && a.kpa.panicking() }
 
 func (a *adaptive) setSpec(sp *autoscaling.Spec) {
 	a.planned = false
 	a.kpa.setSpec(sp)
 }
 
-// memoryVersion tags the encoding of learned. Version 1, without the
-// startups' deviation, is still read.
-const memoryVersion = 2
+// memoryVersion tags the encoding of learned. Versions 1 (without the
+// startups' deviation) and 2 (without the busy periods' pods) are still
+// read.
+const memoryVersion = 3
 
 // maxMemory bounds an encoded memory; a larger one is refused unread.
 const maxMemory = 1024
@@ -529,11 +676,12 @@ const maxMemory = 1024
 // marshal encodes what the policy learned, compactly: a version, the
 // startup and its deviation (in tenths of a second), the service time (in
 // milliseconds),
-// the burst (in hundredths), then each non-empty gap bin and its count.
+// the burst (in hundredths), the busy periods' pods (in tenths), then
+// each non-empty gap bin and its count.
 // Values are rounded so that small drifts do not make a new memory to
 // keep. nil when nothing was learned.
 func (l *learned) marshal() []byte {
-	if l.startup == 0 && l.startupDev == 0 && l.service == 0 && l.burst == 0 && l.gaps == [gapBins]uint16{} {
+	if l.startup == 0 && l.startupDev == 0 && l.service == 0 && l.burst == 0 && l.busyPods == 0 && l.gaps == [gapBins]uint16{} {
 		return nil
 	}
 	b := make([]byte, 0, 64)
@@ -542,6 +690,7 @@ func (l *learned) marshal() []byte {
 	b = binary.AppendUvarint(b, uint64((l.startupDev+50*time.Millisecond)/(100*time.Millisecond)))
 	b = binary.AppendUvarint(b, uint64((l.service+time.Millisecond/2)/time.Millisecond))
 	b = binary.AppendUvarint(b, uint64(math.Round(min(l.burst, 1e9)*100)))
+	b = binary.AppendUvarint(b, uint64(math.Round(min(l.busyPods, maxPods)*10)))
 	n := 0
 	for _, c := range l.gaps {
 		if c > 0 {
@@ -564,7 +713,7 @@ func (l *learned) unmarshal(b []byte) error {
 	if len(b) > maxMemory {
 		return fmt.Errorf("a memory of %d bytes, more than %d", len(b), maxMemory)
 	}
-	if len(b) == 0 || b[0] != memoryVersion && b[0] != 1 {
+	if len(b) == 0 || b[0] < 1 || b[0] > memoryVersion {
 		return errors.New("not a memory of a known version")
 	}
 	version := b[0]
@@ -600,6 +749,13 @@ func (l *learned) unmarshal(b []byte) error {
 	out.startupDev = time.Duration(startupDev) * 100 * time.Millisecond
 	out.service = time.Duration(service) * time.Millisecond
 	out.burst = float64(burst) / 100
+	if version >= 3 {
+		busy, err := next(maxPods * 10)
+		if err != nil {
+			return fmt.Errorf("busy pods: %w", err)
+		}
+		out.busyPods = float64(busy) / 10
+	}
 	if len(b) == 0 {
 		return errors.New("no gap count")
 	}

@@ -36,7 +36,7 @@ func TestGapBins(t *testing.T) {
 // makes every gap cold; letting it go at 8 s and starting one again just
 // before 100 s makes none cold, for less.
 func TestPlanIdlePrewarmsRegularGaps(t *testing.T) {
-	p := planIdle(gapsAt(100*time.Second, 20), 54*time.Second, 2*time.Second, 8*time.Second, 5*time.Second)
+	p := planIdle(gapsAt(100*time.Second, 20), 54*time.Second, 1, 2*time.Second, 8*time.Second, 5*time.Second)
 	if p.n != 20 || p.cold != 0 {
 		t.Fatalf("plan %+v: want every gap warm", p)
 	}
@@ -54,11 +54,11 @@ func TestPlanIdlePrewarmsRegularGaps(t *testing.T) {
 // 10 s start): a keep-alive past them. (With a 2 s start, letting go and
 // pre-warming is cheaper, and chosen.)
 func TestPlanIdleKeepsThroughShortGaps(t *testing.T) {
-	p := planIdle(gapsAt(20*time.Second, 20), 54*time.Second, 10*time.Second, 8*time.Second, 13*time.Second)
+	p := planIdle(gapsAt(20*time.Second, 20), 54*time.Second, 1, 10*time.Second, 8*time.Second, 13*time.Second)
 	if p.cold != 0 || p.prewarm != 0 || p.keep < 20*time.Second || p.keep > 54*time.Second {
 		t.Errorf("plan %+v: want a keep-alive covering 20s gaps and no more than the budget", p)
 	}
-	if p := planIdle(gapsAt(20*time.Second, 20), 54*time.Second, 2*time.Second, 8*time.Second, 5*time.Second); p.cold != 0 || p.prewarm == 0 {
+	if p := planIdle(gapsAt(20*time.Second, 20), 54*time.Second, 1, 2*time.Second, 8*time.Second, 5*time.Second); p.cold != 0 || p.prewarm == 0 {
 		t.Errorf("plan %+v: with a 2s start, want the pod let go and pre-warmed", p)
 	}
 }
@@ -66,11 +66,11 @@ func TestPlanIdleKeepsThroughShortGaps(t *testing.T) {
 // Without a measured startup nothing is pre-warmed; with no gaps the plan
 // is the budget's keep-alive and not used.
 func TestPlanIdleNeedsStartupAndGaps(t *testing.T) {
-	if p := planIdle(gapsAt(100*time.Second, 20), 54*time.Second, 0, 8*time.Second, time.Second); p.prewarm != 0 {
+	if p := planIdle(gapsAt(100*time.Second, 20), 54*time.Second, 1, 0, 8*time.Second, time.Second); p.prewarm != 0 {
 		t.Errorf("plan %+v pre-warms without a known startup", p)
 	}
 	var none [gapBins]uint16
-	if p := planIdle(&none, 54*time.Second, 2*time.Second, 8*time.Second, 5*time.Second); p.keep != 54*time.Second || p.n != 0 {
+	if p := planIdle(&none, 54*time.Second, 1, 2*time.Second, 8*time.Second, 5*time.Second); p.keep != 54*time.Second || p.n != 0 {
 		t.Errorf("plan %+v for no gaps", p)
 	}
 }
@@ -96,7 +96,7 @@ func TestAdaptiveMemory(t *testing.T) {
 		t.Errorf("memory %x before learning anything", d.Memory())
 	}
 	a := d.policy.(*adaptive)
-	a.startup, a.startupDev, a.service, a.burst = 2340*time.Millisecond, 420*time.Millisecond, 203*time.Millisecond, 12.345
+	a.startup, a.startupDev, a.service, a.burst, a.busyPods = 2340*time.Millisecond, 420*time.Millisecond, 203*time.Millisecond, 12.345, 3.46
 	for i := range gapBins {
 		a.gaps[i] = uint16(1000 + i)
 	}
@@ -109,7 +109,7 @@ func TestAdaptiveMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := d2.policy.(*adaptive)
-	if b.startup != 2300*time.Millisecond || b.startupDev != 400*time.Millisecond || b.service != 203*time.Millisecond || b.burst != 12.35 && b.burst != 12.34 || b.gaps != a.gaps {
+	if b.startup != 2300*time.Millisecond || b.startupDev != 400*time.Millisecond || b.service != 203*time.Millisecond || b.burst != 12.35 && b.burst != 12.34 || b.busyPods != 3.5 || b.gaps != a.gaps {
 		t.Errorf("remembered %+v from %+v", b.learned, a.learned)
 	}
 	// A memory of version 1 (no startup deviation) is still read.
@@ -121,6 +121,15 @@ func TestAdaptiveMemory(t *testing.T) {
 	}
 	if c := d3.policy.(*adaptive); c.startup != 2300*time.Millisecond || c.startupDev != 0 || c.service != 203*time.Millisecond || c.gaps[26] != 20 {
 		t.Errorf("version 1 remembered as %+v", c.learned)
+	}
+	// And one of version 2 (no busy periods' pods).
+	v2 := binary.AppendUvarint([]byte{2, 23, 4}, 203)
+	v2 = append(v2, 0, 1, 26, 20)
+	if err := d3.Remember(v2); err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	if c := d3.policy.(*adaptive); c.startupDev != 400*time.Millisecond || c.busyPods != 0 || c.gaps[26] != 20 {
+		t.Errorf("version 2 remembered as %+v", c.learned)
 	}
 	// Another policy keeps nothing and ignores a memory.
 	k := New(autoscalingSpec(t, "kpa"), time.Unix(0, 0), 0)
@@ -179,7 +188,7 @@ func BenchmarkPlanIdle(b *testing.B) {
 		h[i] = uint16(1 + i%7)
 	}
 	for b.Loop() {
-		planIdle(&h, time.Minute, 2*time.Second, 4*time.Second, 5*time.Second)
+		planIdle(&h, time.Minute, 1, 2*time.Second, 4*time.Second, 5*time.Second)
 	}
 }
 

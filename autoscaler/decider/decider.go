@@ -62,10 +62,16 @@ type Observation struct {
 	// ArrivalsStable and ArrivalsPanic are the requests arriving per
 	// second, averaged over the stable and the panic window, for a policy
 	// that scales on concurrency and reads arrivals too (ReadsArrivals);
-	// Decider.MeasureArrivals sets them, and ArrivalsRecent over the last
-	// two seconds. HasArrivals says they are set.
-	ArrivalsStable, ArrivalsPanic, ArrivalsRecent float64
-	HasArrivals                                   bool
+	// Decider.MeasureArrivals sets them. HasArrivals says they are set.
+	ArrivalsStable, ArrivalsPanic float64
+	HasArrivals                   bool
+	// Served is the request-seconds the pods held (their concurrency
+	// summed over the seconds) since the previous decision, and
+	// ServedRequests the requests they got then, queued at the activators
+	// or not: their ratio is the time a request spends in a pod, which
+	// the adaptive policy learns even while a queue waits at the
+	// activators. Zero when unknown.
+	Served, ServedRequests float64
 }
 
 // Decision is a decision with the inputs and reasoning that produced it, so
@@ -238,7 +244,7 @@ func (d *Decider) Remember(mem []byte) error {
 	if err := a.learned.unmarshal(mem); err != nil {
 		return err
 	}
-	a.planned = false
+	a.remembered()
 	return nil
 }
 
@@ -284,15 +290,10 @@ func ReadsArrivals(spec *autoscaling.Spec) bool {
 	return policyClass(spec.Class) == autoscaling.ClassAdaptive && spec.Metric != autoscaling.MetricRPS
 }
 
-// recentArrivals is how far back ArrivalsRecent looks: a rising load shows
-// there seconds before the panic window's average catches up.
-const recentArrivals = 2 * time.Second
-
 // MeasureArrivals fills o's arrivals from w, a window of requests per
 // second, over the spec's windows as Measure does.
 func (d *Decider) MeasureArrivals(w *window.Window, o *Observation) {
 	o.ArrivalsStable, o.ArrivalsPanic = d.averages(w, o.Now)
-	o.ArrivalsRecent = w.Average(o.Now, recentArrivals)
 	o.HasArrivals = true
 }
 
@@ -332,7 +333,8 @@ func (d *Decider) Decide(o Observation) Decision {
 		d.lastSeen = now
 	}
 	in.lastTraffic, in.lastSeen, in.pending = d.lastTraffic, d.lastSeen, pending
-	in.hasArrivals, in.arrStable, in.arrPanic, in.arrRecent = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic), clean(o.ArrivalsRecent)
+	in.hasArrivals, in.arrStable, in.arrPanic = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic)
+	in.served, in.servedRequests = clean(o.Served), clean(o.ServedRequests)
 	if !d.initialized && in.ready >= d.spec.InitialScale {
 		d.initialized = true
 	}

@@ -45,8 +45,10 @@ type input struct {
 	pending     int
 	// hasArrivals says arrivals per second over the stable and panic
 	// windows are known (Observation.HasArrivals).
-	hasArrivals                    bool
-	arrStable, arrPanic, arrRecent float64
+	hasArrivals         bool
+	arrStable, arrPanic float64
+	// served and servedRequests are Observation.Served and ServedRequests.
+	served, servedRequests float64
 }
 
 // recommendation is a policy's answer.
@@ -55,12 +57,15 @@ type recommendation struct {
 	inPanic bool
 }
 
-// policyClass maps a class to the policy that implements it; an empty or
-// unknown class is kpa, the default.
+// policyClass maps a class to the policy that implements it; an empty
+// class is the default, adaptive (autoscaling.DefaultDefaults), and an
+// unknown one (which validation refuses) kpa.
 func policyClass(c autoscaling.Class) autoscaling.Class {
 	switch c {
 	case autoscaling.ClassHPA, autoscaling.ClassExponential, autoscaling.ClassPID, autoscaling.ClassAdaptive, autoscaling.ClassHybrid:
 		return c
+	case "":
+		return autoscaling.ClassAdaptive
 	}
 	return autoscaling.ClassKPA
 }

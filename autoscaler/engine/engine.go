@@ -23,6 +23,12 @@ type Sample struct {
 	Time        time.Time
 	Concurrency float64
 	RPS         float64
+	// PodConcurrency and PodRPS are the pods' part of Concurrency and RPS:
+	// the requests they held and got, whether or not through an activator,
+	// without those the activators queue. Their ratio is the time a
+	// request spends in a pod (Little's law), which a policy that sizes
+	// by work learns; a queue at the activators would make it the wait.
+	PodConcurrency, PodRPS float64
 
 	CPU, Memory, Gauge          float64
 	HasCPU, HasMemory, HasGauge bool
@@ -60,6 +66,10 @@ type Service struct {
 	// last is the newest second's load, both metrics, summed over the
 	// samples of that second: for display, not for decisions.
 	last Sample
+	// served and servedRequests sum the pods' concurrency and requests
+	// over the seconds recorded since the last decision, for a policy that
+	// reads arrivals (decider.Observation.Served).
+	served, servedRequests float64
 }
 
 // New returns the core of a service first seen now. ready is the number of
@@ -127,6 +137,8 @@ func (s *Service) Record(sm Sample) {
 	s.win.Record(sm.Time, v)
 	if s.arrivals != nil {
 		s.arrivals.Record(sm.Time, sm.RPS)
+		s.served += max(sm.PodConcurrency, 0)
+		s.servedRequests += max(sm.PodRPS, 0)
 	}
 	s.extra.record(&s.spec, &sm)
 	sec := sm.Time.Truncate(time.Second)
@@ -167,6 +179,8 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 	s.dec.Measure(s.win, &o)
 	if s.arrivals != nil {
 		s.dec.MeasureArrivals(s.arrivals, &o)
+		o.Served, o.ServedRequests = s.served, s.servedRequests
+		s.served, s.servedRequests = 0, 0
 	}
 	by := s.extra.combine(s.dec, &s.spec, &o)
 	d := s.dec.Decide(o)

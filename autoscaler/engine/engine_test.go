@@ -213,7 +213,7 @@ func (d *driver) run(n int, load float64) decider.Decision {
 }
 
 func TestScenario(t *testing.T) {
-	e := New(spec(t), sec(0), 0) // target 100 × 70%: 70 per pod
+	e := New(spec(t, "class", "kpa"), sec(0), 0) // target 100 × 70%: 70 per pod, Knative's panic
 	dr := &driver{t: t, e: e}
 
 	// Constant load of 210 in flight: 3 pods, once the start's panic is over.
@@ -302,5 +302,37 @@ func TestTickDoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(20, f.step)
 	if allocs != 0 {
 		t.Fatalf("a tick of %d services allocates %v times, want 0", len(f.cores), allocs)
+	}
+}
+
+// The pods' own figures reach the adaptive policy summed over the seconds
+// since the last decision: with them it knows a request's time in a pod
+// (2 busy over 8 a second: 0.25 s) although the activator queues 40, and
+// sizes by work; without them the queue says nothing of the work, and
+// the pod starting is held.
+func TestPodFiguresSizeByWork(t *testing.T) {
+	sp := spec(t, "class", "adaptive")
+	sp.ContainerConcurrency, sp.Target = 4, 4
+	for _, pods := range []bool{true, false} {
+		e := Resume(sp, sec(0), 1)
+		var d decider.Decision
+		for s := 1; s <= 6; s++ {
+			sm := Sample{Time: sec(s), Concurrency: 42, RPS: 8}
+			if pods {
+				sm.PodConcurrency, sm.PodRPS = 2, 8
+			}
+			e.Record(sm)
+			if s%2 == 0 {
+				d = e.Decide(Inputs{Now: mid(s), Ready: 1, ActivatorInPath: true, ActivatorPending: 41})
+			}
+		}
+		if sized := strings.HasPrefix(d.Reason, "work: "); sized != pods {
+			t.Errorf("pods' figures %v: decision %q (%d pods)", pods, d.Reason, d.Scale)
+		}
+		// 8/s × 0.25 s at 2.8 a pod, and 37 queued × 0.25 s drained within
+		// 6 s at 4 slots a pod: 1 + 1.
+		if pods && d.Scale != 2 {
+			t.Errorf("sized by work: %d pods (%q), want 2", d.Scale, d.Reason)
+		}
 	}
 }

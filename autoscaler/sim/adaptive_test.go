@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -43,8 +44,8 @@ func TestAdaptiveLearnsRegularGaps(t *testing.T) {
 
 // A flash sale on pods that take 10 s to start: kpa counts the requests
 // queued behind the start as load and asks for hundreds of pods; the
-// adaptive policy sizes for the arrivals and the share of the backlog a
-// new pod could still serve.
+// adaptive policy sizes by work: the arrivals, and the backlog drained
+// within a start.
 func TestAdaptiveDoesNotPileOnSlowStarts(t *testing.T) {
 	prof := Profile{Shape: ShapeSpike, Rate: 2, SpikeRate: 50, SpikeAt: 4 * time.Minute, SpikeFor: time.Minute,
 		Duration: 10 * time.Minute, ServiceTime: 200 * time.Millisecond, ServiceDist: ServiceExponential, Seed: 3}
@@ -58,12 +59,38 @@ func TestAdaptiveDoesNotPileOnSlowStarts(t *testing.T) {
 	}
 }
 
-// Steady traffic with nothing to learn from: the adaptive policy decides
-// as kpa does.
+// Steady traffic: sized by work at the same target, the adaptive policy
+// asks for the pods kpa's window asks for.
 func TestAdaptiveStartsAsKPA(t *testing.T) {
 	prof := Profile{Shape: ShapeConstant, Rate: 20, Duration: 10 * time.Minute, ServiceTime: 300 * time.Millisecond}
 	kpa, ad := compare(t, prof, 0, 2*time.Second)
 	if ad.PodSeconds != kpa.PodSeconds || ad.MaxPods != kpa.MaxPods || ad.Waited != kpa.Waited {
 		t.Errorf("adaptive %+v\nkpa %+v", ad, kpa)
+	}
+}
+
+// Bursts of 12 requests a second after silences, both heavy-tailed, on
+// pods that take 10 s to start. kpa reads the queue behind each start as
+// concurrency: tens of pods where the clairvoyant bound needs 4, kept a
+// stable window. Sized by work, the adaptive policy stays within half
+// again the bound's pods and twice its pod-seconds.
+func TestAdaptiveSizesBurstsByWork(t *testing.T) {
+	prof := Profile{Shape: ShapeBursts, Rate: 12, BurstSize: 150, Off: time.Minute, Duration: time.Hour,
+		ServiceTime: 560 * time.Millisecond, ServiceDist: ServiceLognormal, Seed: 1}
+	startup := 10 * time.Second
+	kpa, ad := compare(t, prof, 4, startup)
+	cfg := config(specOf(t, 4))
+	cfg.Pods.StartupDelay = startup
+	bound, err := RunOracle(context.Background(), cfg, prof.Source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := bound.Summary
+	if 2*ad.MaxPods > 3*o.MaxPods || ad.PodSeconds > 2*o.PodSeconds {
+		t.Errorf("adaptive: at most %d pods, %.0f pod-seconds; the bound %d, %.0f: want within 1.5× and 2×",
+			ad.MaxPods, ad.PodSeconds, o.MaxPods, o.PodSeconds)
+	}
+	if kpa.MaxPods < 3*ad.MaxPods {
+		t.Errorf("kpa at most %d pods, adaptive %d: the comparison expects kpa's pile-up", kpa.MaxPods, ad.MaxPods)
 	}
 }

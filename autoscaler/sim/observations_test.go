@@ -40,7 +40,10 @@ func TestReplayObservationsGolden(t *testing.T) {
 			if err := fs.Parse(strings.Fields(string(args))); err != nil {
 				t.Fatal(err)
 			}
-			spec, _, err := keys.Resolve(0, autoscaling.DefaultDefaults())
+			// The golden decisions are Knative's: kpa unless the case says.
+			base := autoscaling.DefaultDefaults()
+			base.Class = autoscaling.ClassKPA
+			spec, _, err := keys.Resolve(0, base)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -435,6 +435,8 @@ type sim struct {
 	secArea     float64 // requests in the system × nanoseconds
 	secArrivals int
 	secRejected int
+	secPodArea  float64 // requests at the pods × nanoseconds
+	secPodIn    int     // requests that reached a pod
 
 	// The current metrics window, above a second's resolution: the sum of
 	// its one-second CPU samples, and whether a pod was ready in any.
@@ -560,6 +562,7 @@ func (s *sim) run(ctx context.Context) error {
 func (s *sim) advance(t time.Duration) {
 	if dt := float64(t - s.now); dt > 0 {
 		s.secArea += float64(s.inSystem) * dt
+		s.secPodArea += float64(s.inService+s.podQueued) * dt
 		s.podArea += float64(s.alive) * dt
 		s.readyArea += float64(s.ready) * dt
 		s.servingArea += float64(s.serving) * dt
@@ -577,7 +580,8 @@ func (s *sim) closeSecond() (done bool) {
 	// second of its round — the end of the second measured — so a tick
 	// right after reads it; zeros included, which keep the window's
 	// history going.
-	sample := engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals)}
+	sample := engine.Sample{Time: s.at(), Concurrency: conc, RPS: float64(s.secArrivals),
+		PodConcurrency: s.secPodArea / float64(time.Second), PodRPS: float64(s.secPodIn)}
 	seen, hasSeen := cpu, hasCPU
 	if s.cfg.resolution() == 1 {
 		sample.CPU, sample.HasCPU = cpu, hasCPU
@@ -614,7 +618,7 @@ func (s *sim) closeSecond() (done bool) {
 	if row.Panic {
 		s.sum.PanicSeconds++
 	}
-	s.secArea, s.secArrivals, s.secRejected = 0, 0, 0
+	s.secArea, s.secArrivals, s.secRejected, s.secPodArea, s.secPodIn = 0, 0, 0, 0, 0
 	if s.srcDone && s.now >= s.horizon && (s.inSystem == 0 || s.now >= s.horizon+DrainLimit) {
 		return true
 	}
@@ -795,6 +799,7 @@ func (s *sim) toActivator(r *request) {
 		if p := s.freePod(); p != nil {
 			s.inSystem++
 			s.activatorHeld++
+			s.secPodIn++
 			s.start(p, r)
 			s.schedule(p)
 			return
@@ -819,6 +824,7 @@ func (s *sim) toPods(r *request) {
 			best = p
 		}
 	}
+	s.secPodIn++
 	if s.hasSlot(best) {
 		s.inSystem++
 		s.start(best, r)
@@ -946,6 +952,7 @@ func (s *sim) fill(p *pod) {
 			s.podQueued--
 			s.start(p, p.queue.pop())
 		case p.state == podReady && s.activator.len() > 0:
+			s.secPodIn++
 			s.start(p, s.activator.pop())
 		default:
 			return

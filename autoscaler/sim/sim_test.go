@@ -195,8 +195,8 @@ func TestOnOffScalesToZeroAndColdStartsAgain(t *testing.T) {
 	// is already in the path (one pod's burst capacity is short of 211),
 	// so the service goes to zero at 120s. The first request of the next
 	// phase (180s) finds no pod, pokes, and it and the next wait for the
-	// new pod.
-	spec := specOf(t, 0)
+	// new pod. (Knative's timing: class kpa.)
+	spec := specOf(t, 0, "--class", "kpa")
 	prof := Profile{Shape: ShapeOnOff, Rate: 1, On: time.Minute, Off: 2 * time.Minute, Duration: 4 * time.Minute,
 		Arrivals: ArrivalsUniform, ServiceTime: 100 * time.Millisecond}
 	res, _ := run(t, config(spec), prof.Source())
@@ -318,8 +318,8 @@ func TestDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Error("two runs of the same configuration differ")
 	}
-	if a.Summary.MaxPods < 3 || a.Summary.PanicSeconds == 0 {
-		t.Errorf("a spike of 80/s × 0.3s at 2.8 per pod should panic and scale out: %+v", a.Summary)
+	if a.Summary.MaxPods < 3 {
+		t.Errorf("a spike of 80/s × 0.3s at 2.8 per pod should scale out: %+v", a.Summary)
 	}
 }
 

@@ -163,10 +163,10 @@ type helloStats struct {
 }
 
 // TestLocalBurstPanicsAndConcurrencyHolds: a burst far beyond one replica's
-// containerConcurrency of 1 puts the autoscaler in panic mode and scales
-// up; every request is answered, and no replica ever ran two at once.
+// containerConcurrency of 1 puts kpa in panic mode and scales up; every
+// request is answered, and no replica ever ran two at once.
 func TestLocalBurstPanicsAndConcurrencyHolds(t *testing.T) {
-	r := startLocal(t, "--name", "hello", "--container-concurrency", "1", "--max-scale", "4", "--window", "6s",
+	r := startLocal(t, "--name", "hello", "--class", "kpa", "--container-concurrency", "1", "--max-scale", "4", "--window", "6s",
 		"--scale-to-zero-grace-period", "30s", "--", proctest.Build(t, swellPkg), "hello")
 	const burst = 12
 	var wg sync.WaitGroup

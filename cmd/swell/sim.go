@@ -160,7 +160,7 @@ func defineSimFlags(fs *flag.FlagSet, f *simFlags) {
 	fs.DurationVar(&f.metricsResolution, "metrics-resolution", time.Second, "the CPU the engine sees is each window of this `duration`'s average, published as it closes: 1s as the queue-proxy reports, 15s as metrics-server serves the HPA")
 	fs.IntVar(&f.queueLimit, "queue-limit", 0, "reject requests beyond `N` waiting at the activator or at one pod's queue-proxy (0: unbounded)")
 	fs.DurationVar(&f.routeDelay, "route-delay", 0, "how long switching traffic between the activator and the pods takes")
-	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid, and oracle, the clairvoyant bound (one is the same as --class); a class may carry settings of its own after it, as \"hpa tick-interval=15s metrics-resolution=15s\"")
+	fs.StringVar(&f.policy, "policy", "", "comma-separated `classes` to compare on the same traffic, such as kpa,hpa,pid, default (the class a service gets when it sets none) and oracle, the clairvoyant bound (one is the same as --class); a class may carry settings of its own after it, as \"hpa tick-interval=15s metrics-resolution=15s\"")
 	fs.StringVar(&f.sweep, "sweep", "", "`KEY=V1,V2,...`: run the policy (--class, or the first of --policy) at each value of an autoscaling key and chart cost against waits, with the other policies (--policy's others; all at their defaults without it) and the oracle as points")
 
 	fs.StringVar(&f.out, "out", "", "write timeline.csv, summary.txt, summary.json and chart.svg into this `directory` (one subdirectory per policy with several)")
@@ -387,8 +387,11 @@ func parseSim(args []string) (*simPlan, error) {
 	}
 	for _, e := range policies {
 		class := e.class
-		if class == string(sim.Oracle) {
+		switch class {
+		case string(sim.Oracle):
 			class = string(autoscaling.ClassKPA)
+		case defaultPolicy:
+			class = string(autoscaling.DefaultDefaults().Class)
 		}
 		if len(e.settings) > 0 {
 			spec, d, res, err := e.resolve(args, class)
@@ -579,6 +582,10 @@ var entrySettings = []string{"metrics-resolution", "tick"}
 
 // parsePolicies reads --policy: comma-separated entries, each a class
 // (or oracle) and optional KEY=VALUE settings separated by spaces.
+// defaultPolicy names, in --policy, the class a service gets when it
+// sets none.
+const defaultPolicy = "default"
+
 func parsePolicies(text string, keys []string) ([]policyEntry, error) {
 	allowed := slices.DeleteFunc(append(slices.Clone(keys), entrySettings...), func(k string) bool { return k == autoscaling.KeyClass })
 	var out []policyEntry
@@ -588,10 +595,10 @@ func parsePolicies(text string, keys []string) ([]policyEntry, error) {
 			fields = []string{""}
 		}
 		e := policyEntry{name: strings.Join(fields, " "), class: fields[0]}
-		if e.class != string(sim.Oracle) && !slices.Contains(autoscaling.Classes(), autoscaling.Class(e.class)) {
+		if e.class != string(sim.Oracle) && e.class != defaultPolicy && !slices.Contains(autoscaling.Classes(), autoscaling.Class(e.class)) {
 			return nil, flagProblems(&autoscaling.Error{Name: "--policy", Value: e.class, Problem: "is not a class",
-				Accepted:   "a comma-separated list of " + classList() + " or oracle (the clairvoyant bound)",
-				Suggestion: spelling.Suggest(e.class, append(classNames(), string(sim.Oracle)))})
+				Accepted:   "a comma-separated list of " + classList() + ", default (the default class) or oracle (the clairvoyant bound)",
+				Suggestion: spelling.Suggest(e.class, append(classNames(), defaultPolicy, string(sim.Oracle)))})
 		}
 		for _, kv := range fields[1:] {
 			key, value, ok := strings.Cut(kv, "=")

@@ -41,8 +41,8 @@ func TestSimUsageErrors(t *testing.T) {
 		{"--profile constant --rate 1 --duration 1m --tick 1ms", `--tick-interval: "1ms" is out of range; accepted: a duration from 100ms to 1m`},
 		{"--profile constant --rate 1 --duration 1m --container-concurrency -1", `--container-concurrency: "-1" is out of range`},
 		{"--profile constant --rate 1 --duration 1m --min-scale 3 --max-scale 2", `--min-scale: "3" is greater than max-scale 2`},
-		{"--profile constant --rate 1 --duration 1m --policy kpa,foo", `--policy: "foo" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid, adaptive, hybrid or oracle (the clairvoyant bound)`},
-		{"--profile constant --rate 1 --duration 1m --policy kpa,hpaa", `--policy: "hpaa" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid, adaptive, hybrid or oracle (the clairvoyant bound); did you mean hpa?`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,foo", `--policy: "foo" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid, adaptive, hybrid, default (the default class) or oracle (the clairvoyant bound)`},
+		{"--profile constant --rate 1 --duration 1m --policy kpa,hpaa", `--policy: "hpaa" is not a class; accepted: a comma-separated list of kpa, hpa, exponential, pid, adaptive, hybrid, default (the default class) or oracle (the clairvoyant bound); did you mean hpa?`},
 		{"--profile constant --rate 1 --duration 1m --policy kpa,kpa", "kpa is listed twice"},
 		{"--profile constant --rate 1 --duration 1m --policy kpa --class hpa", "--policy and --class cannot be combined"},
 		{"--profile constant --rate 1 --duration 1m --policy kpa,hpa --chart x.svg", "--chart writes one policy's output: with several policies use --out DIR"},
@@ -111,9 +111,9 @@ func TestSimHelp(t *testing.T) {
 
 func TestSimObservations(t *testing.T) {
 	obs := writeTemp(t, "obs.csv", "t,ready,stable,panic\n0,10,70,70\n2.5,2,14,70\n")
-	code, out, errs := swell(t, "sim", "--observations", obs, "--target", "10", "--target-utilization-percentage", "70")
+	code, out, errs := swell(t, "sim", "--observations", obs, "--class", "kpa", "--target", "10", "--target-utilization-percentage", "70")
 	// 70 at 7 per pod is 10 pods; then the panic window asks for 10 of 2
-	// ready pods (500% ≥ 200%): panic, holding 10.
+	// ready pods (500% ≥ 200%): kpa panics, holding 10.
 	want := "t,desired,scale,ebc,panic\n0,10,10,-181,false\n2.5,10,10,-261,true\n"
 	if code != 0 || out != want || errs != "" {
 		t.Errorf("exit %d\nstdout %q\nstderr %q\nwant %q", code, out, errs, want)

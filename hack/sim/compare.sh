@@ -1,14 +1,16 @@
 #!/bin/sh
-# compare.sh [TRACE]: every policy at its defaults, and the clairvoyant
-# bound, on each kind of traffic of docs/autoscaling.md ("How it
-# compares"), at pod startups of 2 s and 10 s. TRACE is the Azure LLM
+# compare.sh [TRACE]: every policy at its defaults (default is the class a
+# service gets when it sets none: adaptive), and the clairvoyant bound, on
+# each kind of traffic of docs/autoscaling.md ("How it compares"), at pod
+# startups of 2 s and 10 s; POLICIES="--policy kpa,default,oracle" runs
+# fewer. TRACE is the Azure LLM
 # trace (default ../shared/traces/azure-llm-2023-conv.csv from the module
 # root). Run it from the module root; it prints one comparison table per
 # traffic and startup.
 set -eu
 trace=${1:-../shared/traces/azure-llm-2023-conv.csv}
 swell="${SWELL:-go run ./cmd/swell}"
-policies="--policy kpa,hpa,exponential,pid,hybrid,adaptive,oracle"
+policies="${POLICIES:---policy default,kpa,hpa,exponential,pid,hybrid,oracle}"
 for startup in 2s 10s; do
 	run() {
 		name=$1

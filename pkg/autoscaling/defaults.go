@@ -80,9 +80,12 @@ type Defaults struct {
 // DefaultDefaults returns the built-in cluster-wide defaults: Knative's KPA
 // defaults, Kubernetes' HPA behavior defaults, and starting values for the
 // exponential and pid policies. This is the one place they are written.
+// The class is Swell's own, adaptive, which decides as kpa does until it
+// has learned the service (docs/autoscaling.md); class kpa is Knative's
+// exactly.
 func DefaultDefaults() Defaults {
 	return Defaults{
-		Class:     ClassKPA,
+		Class:     ClassAdaptive,
 		Metrics:   []Metric{MetricConcurrency},
 		Averaging: AveragingLinear,
 

@@ -34,7 +34,7 @@ func TestFlags(t *testing.T) {
 		t.Errorf("cluster flags: spec %v, defaults %+v", s.ScaleToZeroEnabled, d)
 	}
 	// Per-service flags do not leak into the Defaults returned.
-	if d.MinScale != 0 || d.StableWindow != time.Minute || d.Class != ClassKPA {
+	if d.MinScale != 0 || d.StableWindow != time.Minute || d.Class != ClassAdaptive {
 		t.Errorf("defaults took per-service flags: %+v", d)
 	}
 

@@ -12,10 +12,11 @@ import (
 
 // TestDefaultsAreKnatives pins every default to Knative's KPA (and
 // Kubernetes' HPA) documented value, written out here rather than read
-// from DefaultDefaults.
+// from DefaultDefaults — but the class: Swell's default is its own,
+// adaptive, which reads the same settings.
 func TestDefaultsAreKnatives(t *testing.T) {
 	want := Spec{
-		Class:                   ClassKPA,
+		Class:                   ClassAdaptive,
 		Metric:                  MetricConcurrency,
 		Metrics:                 []Metric{MetricConcurrency},
 		Averaging:               AveragingLinear,
@@ -518,7 +519,7 @@ func TestKeysLists(t *testing.T) {
 	if i, ok := Info(KeyWindow); !ok || i.Default != "1m" || i.Type != "duration" {
 		t.Errorf("Info(window) = %+v", i)
 	}
-	if i, _ := Info(KeyClass); i.Type != "kpa|hpa|exponential|pid|adaptive|hybrid" || i.Default != "kpa" {
+	if i, _ := Info(KeyClass); i.Type != "kpa|hpa|exponential|pid|adaptive|hybrid" || i.Default != "adaptive" {
 		t.Errorf("Info(class) = %+v", i)
 	}
 	if _, ok := Info("nope"); ok {

@@ -97,6 +97,10 @@ func TestSwellStreamThroughZeroAndBack(t *testing.T) {
 		"autoscaling.swell.run/target":                        "1",
 		"autoscaling.swell.run/target-utilization-percentage": "50",
 		"swell.run/container-concurrency":                     "2",
+		// Knative's policy, whose burst capacity is the one set here (the
+		// default class learns its own): the switches are crossed at
+		// known loads.
+		"autoscaling.swell.run/class": "kpa",
 		// One spare slot is kept (KPA's target burst capacity): the
 		// Service is routed to its pods once they have it to spare, and
 		// both switches are crossed. With 0 the activator would leave the

@@ -30,6 +30,7 @@ func BenchmarkTick10k(b *testing.B) {
 		{"hpa", func(s *autoscaling.Spec) { s.Class = autoscaling.ClassHPA }},
 		{"exponential", func(s *autoscaling.Spec) { s.Class = autoscaling.ClassExponential }},
 		{"pid", func(s *autoscaling.Spec) { s.Class = autoscaling.ClassPID }},
+		{"adaptive", func(s *autoscaling.Spec) { s.Class = autoscaling.ClassAdaptive }},
 	} {
 		b.Run(cfg.name, func(b *testing.B) {
 			const n = 10_000
@@ -62,6 +63,11 @@ func BenchmarkTick10k(b *testing.B) {
 					s.w.Record(now, s.load*noise[(i+sec)&1023])
 					o := Observation{Now: now, Ready: s.ready, ActivatorInPath: true}
 					s.d.Measure(s.w, &o)
+					if ReadsArrivals(&s.d.spec) {
+						// 100 ms a request: the arrivals, and what the pods served.
+						o.ArrivalsStable, o.ArrivalsPanic, o.HasArrivals = o.Stable*10, o.Panic*10, true
+						o.Served, o.ServedRequests = s.load, s.load*10
+					}
 					s.ready = s.d.Decide(o).Scale
 				}
 			}
@@ -94,5 +100,43 @@ func BenchmarkDecide(b *testing.B) {
 	for b.Loop() {
 		sec++
 		d.Decide(obs(float64(sec), 5, 330, 340))
+	}
+}
+
+// BenchmarkPolicyMemory is what 10,000 services' deciders hold on the heap
+// once each has decided for three minutes (the adaptive ones with
+// arrivals, the pods' figures and a learned startup, sizing by work):
+// bytes per service, by class.
+func BenchmarkPolicyMemory(b *testing.B) {
+	for _, class := range []autoscaling.Class{autoscaling.ClassKPA, autoscaling.ClassAdaptive} {
+		b.Run(string(class), func(b *testing.B) {
+			const n = 10_000
+			var perService float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				ds := make([]*Decider, n)
+				for i := range ds {
+					sp := testSpec(func(s *autoscaling.Spec) { s.Class = class })
+					d := New(sp, at(0), 0)
+					if a, ok := d.policy.(*adaptive); ok {
+						a.startup = 10 * time.Second
+					}
+					for sec := 1; sec <= 180; sec += 2 {
+						o := obs(float64(sec), d.scale, 140, 140)
+						o.ArrivalsStable, o.ArrivalsPanic, o.HasArrivals = 1400, 1400, true
+						o.Served, o.ServedRequests = 280, 2800
+						d.Decide(o)
+					}
+					ds[i] = d
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perService = float64(after.HeapAlloc-before.HeapAlloc) / n
+				runtime.KeepAlive(ds)
+			}
+			b.ReportMetric(perService, "B/service")
+		})
 	}
 }

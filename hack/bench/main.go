@@ -10,6 +10,7 @@
 //	go run ./hack/bench -scenario queue-proxy -o report.md -profile /tmp/prof
 //	go run ./hack/bench -gobench                 # add the Go micro-benchmarks
 //	go run ./hack/bench -scenario scale -scale-chart docs/scale.svg
+//	go run ./hack/bench -scenario policies -policies-traffic bursts
 //	go run ./hack/bench -scenario scale -scale-parts autoscaler -scale-sizes 10000,10000/10/3
 //	go run ./hack/bench -scale-chart docs/scale.svg -scale-from docs/performance.md
 package main
@@ -55,7 +56,7 @@ var scenarios = []scenario{
 	{"activator", "the app directly vs activator → queue-proxy → app: added latency, throughput, activator CPU and memory", activatorScenario},
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
 	{"reaction", "swell local: from a step in the app's CPU or its gauge to the scale decision and the replicas ready, beside the HPA's and KEDA's documented cadence", reactionScenario},
-	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
+	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace, or of bursts (-policies-traffic), at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
 	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet, then 10k divided into 10 buckets among 3 autoscalers: CPU, memory, collection rounds, decision latency, scale writes; then the activator routing 10k services: memory per service, Host lookup, report bytes and frames", scaleScenario},
 }
 
@@ -76,6 +77,9 @@ type options struct {
 	scaleParts map[string]bool
 	// scaleChart, when set, receives the scale scenario's chart (SVG).
 	scaleChart string
+	// policiesTraffic is what the policies scenario replays: the trace,
+	// or generated bursts (policyTraffics).
+	policiesTraffic string
 	// scaleSizes are the sizes the autoscaler's part measures.
 	scaleSizes []scaleSize
 }
@@ -136,6 +140,7 @@ func run(args []string) int {
 	fs.BoolVar(&o.quick, "quick", false, "a short smoke run instead of the full one (~28 min)")
 	fs.IntVar(&o.containerConcurrency, "container-concurrency", 0, "CONTAINER_CONCURRENCY of the queue-proxy under test (0: unlimited)")
 	fs.StringVar(&o.profileDir, "profile", "", "capture CPU profiles of the queue-proxy into this `directory`")
+	fs.StringVar(&o.policiesTraffic, "policies-traffic", policyTraffics[0], "what the policies scenario replays: "+strings.Join(policyTraffics, " or ")+" (heavy-tailed bursts after heavy-tailed silences, as hack/sim/compare.sh generates them)")
 	fs.StringVar(&o.scaleChart, "scale-chart", "", "write the scale scenario's chart, the autoscaler's CPU and memory against the services, to this SVG `file`")
 	fs.StringVar(&localTrace, "trace", "", "trace `file` the local scenario replays (default ../shared/traces/azure-llm-2023-conv.csv from the module root)")
 	if err := fs.Parse(args); err != nil {
@@ -151,6 +156,10 @@ func run(args []string) int {
 	}
 	if o.scaleSizes, err = parseScaleSizes(*sizes); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: -scale-sizes: %v\n", err)
+		return 2
+	}
+	if !slices.Contains(policyTraffics, o.policiesTraffic) {
+		fmt.Fprintf(os.Stderr, "bench: -policies-traffic %q: want %s\n", o.policiesTraffic, strings.Join(policyTraffics, " or "))
 		return 2
 	}
 	if *from != "" {

@@ -48,8 +48,20 @@ const (
 	waitFloor = 0.001
 )
 
-// policyClasses are the classes compared, in the report's order.
+// policyClasses are the classes compared, in the report's order
+// (adaptive is the default).
 var policyClasses = []string{"kpa", "hpa", "adaptive"}
+
+// policyTraffics are what the scenario replays (-policies-traffic): the
+// first minutes of the trace, or bursts generated as hack/sim/compare.sh
+// generates them.
+var policyTraffics = []string{"trace", "bursts"}
+
+// burstsProfile generates the bursts: 150 requests on average at 12 a
+// second after silences of a minute on average, both Pareto (shape 1.5),
+// lognormal service times of mean 560 ms.
+var burstsProfile = []string{"--profile", "bursts", "--rate", "12", "--burst-size", "150", "--off", "1m",
+	"--service-time", "560ms", "--service-dist", "lognormal"}
 
 func policiesScenario(e *env) ([]section, error) {
 	bins, err := e.build(swellPkg)
@@ -66,7 +78,14 @@ func policiesScenario(e *env) ([]section, error) {
 		span = policySliceQuick
 	}
 	slice := filepath.Join(e.work, "policies-slice.csv")
-	n, err := writeSlice(src, slice, span)
+	var n int
+	traffic := "the first " + span.String() + " of " + filepath.Base(src)
+	if e.opts.policiesTraffic == "bursts" {
+		n, err = writeBursts(swell, slice, span)
+		traffic = span.String() + " of bursts (`swell sim " + strings.Join(burstsProfile, " ") + " --write-trace`)"
+	} else {
+		n, err = writeSlice(src, slice, span)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -75,8 +94,8 @@ func policiesScenario(e *env) ([]section, error) {
 		return nil, err
 	}
 
-	logf("replaying the first %s of %s (%d requests) through %d swell locals at once: %s",
-		span, filepath.Base(src), n, len(policyClasses), strings.Join(policyClasses, ", "))
+	logf("replaying %s (%d requests) through %d swell locals at once: %s",
+		traffic, n, len(policyClasses), strings.Join(policyClasses, ", "))
 	runs := make([]policyRun, len(policyClasses))
 	var wg sync.WaitGroup
 	for i, class := range policyClasses {
@@ -92,7 +111,7 @@ func policiesScenario(e *env) ([]section, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return []section{policyReport(filepath.Base(src), span, n, runs, predicted)}, nil
+	return []section{policyReport(e.opts.policiesTraffic, traffic, n, runs, predicted)}, nil
 }
 
 // writeSlice writes the arrivals of src's first span to dst as a
@@ -117,6 +136,20 @@ func writeSlice(src, dst string, span time.Duration) (int, error) {
 		return 0, fmt.Errorf("%s: no arrival in its first %s", src, span)
 	}
 	return n, os.WriteFile(dst, []byte(b.String()), 0o644)
+}
+
+// writeBursts writes span of generated bursts to dst as a service-time
+// trace and returns how many requests it holds.
+func writeBursts(swell, dst string, span time.Duration) (int, error) {
+	args := append(append([]string{"sim"}, burstsProfile...), "--duration", span.String(), "--write-trace", dst)
+	if out, err := exec.Command(swell, args...).CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("swell %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	b, err := os.ReadFile(dst)
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(string(b), "\n") - 1, nil
 }
 
 // policyFlags are the settings every run and the simulation share.
@@ -263,7 +296,7 @@ func secs(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
 }
 
-func policyReport(src string, span time.Duration, n int, runs []policyRun, predicted map[string]sim.Summary) section {
+func policyReport(kind, traffic string, n int, runs []policyRun, predicted map[string]sim.Summary) section {
 	oracle := predicted["oracle"].PodSeconds
 	ratio := func(podSeconds float64) string {
 		if oracle <= 0 {
@@ -300,9 +333,13 @@ func policyReport(src string, span time.Duration, n int, runs []policyRun, predi
 			"the activator's `swell_activator_queue_wait_seconds` and every replica's `swell_queue_wait_seconds`, merged.",
 		"The simulator's pods take exactly "+policyReadyDelay.String()+" to start; a real replica takes that plus the "+
 			"processes' own start and the first probe, and its stop drains, both counted in its lifetime.")
+	title, work := "the LLM trace", "5 ms + 20 ms per generated token"
+	if kind == "bursts" {
+		title, work = "bursts", "its service time"
+	}
 	return section{
-		title: "Autoscaling policies on real processes: the LLM trace",
-		text: fmt.Sprintf("The first %s of %s (%d requests), each asking the app to work 5 ms + 20 ms per generated token "+
+		title: "Autoscaling policies on real processes: " + title,
+		text: fmt.Sprintf("%s (%d requests), each asking the app to work %s "+
 			"(`swell load --trace --service-time`), is sent at once to one `swell local --demo --class C %s --env READY_DELAY=%s` "+
 			"per class, each with a fresh `--state-dir`: replicas admit %d requests at a time and take %s to listen. "+
 			"Pod-seconds are `swell_local_replica_seconds_total` when the last response came (every replica's lifetime "+
@@ -310,9 +347,17 @@ func policyReport(src string, span time.Duration, n int, runs []policyRun, predi
 			"(`swell_activator_cold_start_seconds`); a request waited when it waited more than 1 ms for a replica slot, "+
 			"at the activator or at a queue-proxy. Each real run is followed by `swell sim` on the same slice with the "+
 			"same settings (`--pod-startup %s`), and × oracle divides by the simulated oracle's pod-seconds.",
-			span, src, n, strings.Join(policyFlags(), " "), policyReadyDelay, policyConcurrency, policyReadyDelay, policyReadyDelay),
+			upper(traffic), n, work, strings.Join(policyFlags(), " "), policyReadyDelay, policyConcurrency, policyReadyDelay, policyReadyDelay),
 		header: []string{"class", "pod-seconds", "× oracle", "cold starts", "waited", "p50 wait", "p99 wait", "most ready", "answers"},
 		rows:   rows,
 		notes:  notes,
 	}
+}
+
+// upper capitalises s's first letter.
+func upper(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

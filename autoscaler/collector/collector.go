@@ -125,6 +125,11 @@ type Target struct {
 type Config struct {
 	// Activators, if set, adds the activators' figures to every sample.
 	Activators *Activators
+	// Pushes, if set, holds the reports pods push: a pod with a fresh
+	// push is read from it, not scraped, and is in its service's sample
+	// every round, the sample's other pods drawn from those that did not
+	// push.
+	Pushes *Pushes
 	// Client, if set, scrapes through net/http, as NewHTTPClient's does;
 	// nil means the collector's own HTTP/1.1 client, which costs a
 	// fraction of net/http's CPU a scrape (docs/collector.md).
@@ -157,6 +162,7 @@ type Config struct {
 // round its targets.
 type Collector struct {
 	activators *Activators
+	pushes     *Pushes
 	client     *http.Client // nil: the collector's own, over pool
 	pool       *connPool
 	timeout    time.Duration
@@ -205,11 +211,19 @@ type podRange struct {
 // job is one pod's scrape in a round; workers write only their own job.
 type job struct {
 	pod podID
+	figures
+	ok bool
+	// pushed says the figures are the pod's latest push (Config.Pushes):
+	// the pod is not scraped.
+	pushed bool
+}
+
+// figures are what one pod's report says, as the round reads it.
+type figures struct {
 	// concurrency and rps are the pod's non-proxied figures;
 	// proxiedConcurrency and proxiedRPS the share the activators sent it.
 	concurrency, rps               float64
 	proxiedConcurrency, proxiedRPS float64
-	ok                             bool
 	// attributed says the pod split its proxied figures by activator
 	// (stats.Report.Attributed), the first nshares of shares.
 	attributed bool
@@ -219,10 +233,31 @@ type job struct {
 	app stats.AppUsage
 }
 
+// take sets f from r, a validated report. A report of length zero (a pod
+// younger than one reporting period, whose queue-proxy has measured
+// nothing yet) counts as a pod with no load: it has had next to no time
+// to receive any.
+func (f *figures) take(r *stats.Report) {
+	f.app = r.App
+	f.attributed = r.Attributed
+	if r.Period <= 0 {
+		return
+	}
+	f.concurrency = r.Concurrency - r.ProxiedConcurrency
+	f.rps = float64(r.Requests-r.ProxiedRequests) / r.Period.Seconds()
+	f.proxiedConcurrency = r.ProxiedConcurrency
+	f.proxiedRPS = float64(r.ProxiedRequests) / r.Period.Seconds()
+	for _, sh := range r.ByActivator {
+		f.shares[f.nshares] = activatorFigures{key: sh.Activator, concurrency: sh.Concurrency, rps: float64(sh.Requests) / r.Period.Seconds()}
+		f.nshares++
+	}
+}
+
 // New returns a Collector, or an error naming what is invalid.
 func New(cfg Config) (*Collector, error) {
 	c := &Collector{
 		activators: cfg.Activators,
+		pushes:     cfg.Pushes,
 		client:     cfg.Client,
 		timeout:    cfg.Timeout,
 		roundTO:    cfg.RoundTimeout,
@@ -300,7 +335,7 @@ func (c *Collector) Round(ctx context.Context, tick time.Time, targets []Target)
 	c.last = sec
 	start := c.clock.Now()
 
-	c.plan(targets)
+	c.plan(targets, start)
 	c.dropLeft()
 	c.scrapeAll(ctx)
 	c.combine(sec)
@@ -309,8 +344,10 @@ func (c *Collector) Round(ctx context.Context, tick time.Time, targets []Target)
 	return c.samples
 }
 
-// plan draws each target's sample and lays out the round's jobs.
-func (c *Collector) plan(targets []Target) {
+// plan draws each target's sample and lays out the round's jobs: the pods
+// with a fresh push at now first, every one of them, then as many others
+// as the sample still needs, drawn at random.
+func (c *Collector) plan(targets []Target, now time.Time) {
 	c.targets = targets
 	c.pods = c.pods[:0]
 	c.ranges = c.ranges[:0]
@@ -319,13 +356,21 @@ func (c *Collector) plan(targets []Target) {
 	for _, t := range targets {
 		r := podRange{start: len(c.pods), ready: len(t.Pods), first: len(c.jobs)}
 		c.pods = append(c.pods, t.Pods...)
+		pods := c.pods[r.start : r.start+r.ready]
+		pushed := 0
+		if c.pushes != nil {
+			pushed = c.pushes.front(t.Name, pods, now)
+		}
 		// Drawn anew every round, so that no pod's load is persistently
 		// left out.
-		r.n = c.sampling.Size(r.ready)
-		pods := c.pods[r.start : r.start+r.ready]
-		drawSample(c.rng, pods, r.n)
-		for _, addr := range pods[:r.n] {
+		rest := min(len(pods)-pushed, max(0, c.sampling.Size(r.ready)-pushed))
+		drawSample(c.rng, pods[pushed:], rest)
+		r.n = pushed + rest
+		for i, addr := range pods[:r.n] {
 			c.jobs = append(c.jobs, job{pod: podID{service: t.Name, addr: addr}})
+			if i < pushed && c.pushes.fill(&c.jobs[len(c.jobs)-1], now) {
+				c.metrics.pushedReads.Inc()
+			}
 		}
 		c.ranges = append(c.ranges, r)
 		c.names = append(c.names, t.Name)
@@ -432,6 +477,9 @@ func (c *Collector) scrapersFor(n int) []scraper {
 
 // scrapeJob scrapes j's pod by deadline, unless the round is over.
 func (c *Collector) scrapeJob(ctx context.Context, j *job, s scraper, r *stats.Report, roundOver bool, deadline time.Time) {
+	if j.pushed {
+		return
+	}
 	if roundOver {
 		c.metrics.scrapes[resultTimeout].Inc()
 		c.log.Debug("scrape", zap.String("pod", j.pod.addr), zap.Error(errRoundOver))
@@ -446,21 +494,7 @@ func (c *Collector) scrapeJob(ctx context.Context, j *job, s scraper, r *stats.R
 		return
 	}
 	j.ok = true
-	j.app = r.App
-	// A report of length zero (a pod younger than one reporting period,
-	// whose queue-proxy has measured nothing yet) counts as a pod with no
-	// load: it has had next to no time to receive any.
-	j.attributed = r.Attributed
-	if r.Period > 0 {
-		j.concurrency = r.Concurrency - r.ProxiedConcurrency
-		j.rps = float64(r.Requests-r.ProxiedRequests) / r.Period.Seconds()
-		j.proxiedConcurrency = r.ProxiedConcurrency
-		j.proxiedRPS = float64(r.ProxiedRequests) / r.Period.Seconds()
-		for _, sh := range r.ByActivator {
-			j.shares[j.nshares] = activatorFigures{key: sh.Activator, concurrency: sh.Concurrency, rps: float64(sh.Requests) / r.Period.Seconds()}
-			j.nshares++
-		}
-	}
+	j.take(r)
 }
 
 // keyFigures are one activator's part of a service's proxied load, as the

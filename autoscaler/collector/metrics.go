@@ -18,6 +18,7 @@ type collectorMetrics struct {
 	roundDuration  prometheus.Histogram
 	roundsSkipped  prometheus.Counter
 	missing        prometheus.Counter
+	pushedReads    prometheus.Counter
 }
 
 func newCollectorMetrics(reg prometheus.Registerer) (*collectorMetrics, error) {
@@ -47,8 +48,12 @@ func newCollectorMetrics(reg prometheus.Registerer) (*collectorMetrics, error) {
 		Name: "swell_autoscaler_samples_missing_total",
 		Help: "Service-seconds without a sample: pods unknown, or every sampled pod failed.",
 	})
+	m.pushedReads = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "swell_autoscaler_pushed_reads_total",
+		Help: "Pod reports a round read from the pod's latest push instead of scraping it.",
+	})
 	if reg != nil {
-		for _, c := range []prometheus.Collector{scrapes, m.scrapeDuration, m.roundDuration, m.roundsSkipped, m.missing} {
+		for _, c := range []prometheus.Collector{scrapes, m.scrapeDuration, m.roundDuration, m.roundsSkipped, m.missing, m.pushedReads} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("collector: register metrics: %w", err)
 			}

@@ -535,22 +535,9 @@ func (e *ActivatorEndpoint) serve(c *activatorConn, t *connTimers) {
 // readFrame reads and decodes one frame into f, reusing buf. A non-zero
 // code is the close code for the failure, with its reason.
 func (e *ActivatorEndpoint) readFrame(c *activatorConn, buf []byte, f *stats.ActivatorFrame) ([]byte, int, string) {
-	mt, r, err := c.ws.NextReader()
-	if err == nil && mt != websocket.BinaryMessage {
-		return buf, websocket.CloseUnsupportedData, "text frame; activator frames are binary"
-	}
-	if err == nil {
-		buf, err = readAll(r, buf[:0])
-	}
-	if err != nil {
-		var ce *websocket.CloseError
-		switch {
-		case errors.As(err, &ce):
-			return buf, websocket.CloseNormalClosure, "peer closed: " + ce.Error()
-		case errors.Is(err, websocket.ErrReadLimit):
-			return buf, websocket.CloseMessageTooBig, fmt.Sprintf("frame larger than %d bytes", e.maxFrame)
-		}
-		return buf, websocket.CloseAbnormalClosure, err.Error()
+	buf, code, reason := readBinary(c.ws, buf, e.maxFrame)
+	if code != 0 {
+		return buf, code, reason
 	}
 	c.seen.Store(e.clock.Now().UnixNano())
 	if err := stats.DecodeActivatorFrame(buf, f); err != nil {
@@ -748,22 +735,8 @@ func (e *ActivatorEndpoint) closeAs(c *activatorConn, code int, label, reason st
 		e.mu.Unlock()
 		c.cancel()
 		e.metrics.closed(label)
-		// Codes 1005 and 1006 describe a connection that ended without a
-		// close frame; they are never sent.
-		if code != websocket.CloseAbnormalClosure && code != websocket.CloseNoStatusReceived {
-			msg := reason
-			if len(msg) > 123 { // a close frame's payload is at most 125 bytes
-				msg = msg[:120] + "..."
-			}
-			c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, msg), time.Now().Add(e.writeTO))
-		}
-		c.ws.Close()
-		lvl := zap.InfoLevel
-		if code == websocket.CloseInvalidFramePayloadData || code == websocket.CloseMessageTooBig ||
-			code == websocket.ClosePolicyViolation || code == websocket.CloseUnsupportedData {
-			lvl = zap.WarnLevel
-		}
-		e.log.Log(lvl, "activator connection closed", zap.String("activator", name),
+		sendClose(c.ws, code, reason, e.writeTO)
+		e.log.Log(closeLevel(code, zap.InfoLevel), "activator connection closed", zap.String("activator", name),
 			zap.String("remote", c.remote), zap.Int("code", code), zap.String("reason", reason))
 	})
 }

@@ -127,6 +127,19 @@ const (
 	DefaultAutoscalerPort = 8080
 )
 
+// The autoscaler's endpoint for the stats pods push: a websocket opened
+// with the pod's service and stats address in the query, each binary
+// frame one pkg/stats Report; the autoscaler trusts a connection only as
+// the ready pod its source address is (docs/collector.md).
+const (
+	// PodPushPath is where queue-proxies open the websocket.
+	PodPushPath = "/pods"
+	// PodPushService and PodPushAddr are the query parameters naming the
+	// pod's service ("namespace/name") and its stats address.
+	PodPushService = "service"
+	PodPushAddr    = "addr"
+)
+
 // The autoscaler's status: every service's latest decision and its inputs,
 // as JSON (docs/autoscaler.md). On Kubernetes each replica serves it on a
 // loopback-only port (STATUS_PORT), read through kubectl port-forward;

@@ -275,6 +275,13 @@ func (r *Reporter) Run(ctx context.Context) error {
 			}
 			var healthy bool
 			healthy, err = r.serve(ctx, ws)
+			// And so is one made while it lasted: a connected reporter
+			// ignores Redial, and the backoff after it runs its course
+			// unless the address changes again.
+			select {
+			case <-r.redial:
+			default:
+			}
 			// Reset the backoff only after a connection that lasted a
 			// period: two processes under one name, replacing each other,
 			// or an autoscaler that accepts and drops at once, must not

@@ -48,8 +48,11 @@ func startLocal(t *testing.T, args ...string) *localRun {
 	}
 	bin := proctest.Build(t, swellPkg)
 	port, admin := proctest.FreePort(t), proctest.FreePort(t)
+	// A state directory of the test's own: what the policies learned in
+	// the user's runs (--state-dir auto) must not decide the test's.
+	// args may name another; the last one given counts.
 	full := append([]string{"local", "--port", strconv.Itoa(port), "--admin-port", strconv.Itoa(admin),
-		"--log-level", "warn", "--log-format", "console"}, args...)
+		"--log-level", "warn", "--log-format", "console", "--state-dir", t.TempDir()}, args...)
 	p := proctest.Start(t, "swell local", bin, nil, full...)
 	r := &localRun{p: p, url: "http://" + proctest.Addr(port), admin: "http://" + proctest.Addr(admin), bin: bin}
 	p.WaitHTTP(t, r.admin+local.StatusPath, http.StatusOK, e2eWait)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"reflect"
 	"strconv"
 	"sync"
@@ -484,6 +485,25 @@ func parse(d *appsv1.Deployment, defs autoscaling.Defaults) (autoscaling.Spec, e
 		return autoscaling.Spec{}, fmt.Errorf("a percentage cpu-target or memory-target needs the app container's requests: %w", appErr)
 	}
 	return spec, err
+}
+
+// PodAddr is the pods' push connections' resolver
+// (collector.PodResolver): a connection from remote is the pod at that
+// address if it is one of svc's ready pods, as the collector scrapes
+// them, and its stats address is the one the collector lists it at; the
+// address the pod claims is not read. An address that is no ready pod of
+// svc, or that svc does not opt into Swell, is refused.
+func (c *Controller) PodAddr(svc service.Key, remote netip.AddrPort, _ string) (string, bool) {
+	ip := remote.Addr().Unmap()
+	if !ip.IsValid() {
+		return "", false
+	}
+	for _, p := range c.router.ReadyPods(svc) {
+		if a, err := netip.ParseAddr(p); err == nil && a.Unmap() == ip {
+			return net.JoinHostPort(p, strconv.Itoa(c.statsPort)), true
+		}
+	}
+	return "", false
 }
 
 // podAddrs are the stats addresses of key's ready pods.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -106,6 +107,46 @@ func TestStatsPortIsConfigurable(t *testing.T) {
 	r.setPods(key, "10.0.0.1", "fd00::1")
 	if got, want := c.podAddrs(key), []string{"10.0.0.1:9999", "[fd00::1]:9999"}; !slices.Equal(got, want) {
 		t.Errorf("podAddrs = %q, want %q", got, want)
+	}
+}
+
+// A push connection is the pod its source address is, among the
+// service's ready pods, at the stats address the collector scrapes; what
+// the pod claims is not read, and an address that is no ready pod of the
+// service is refused.
+func TestPodAddrResolvesReadyPodsOnly(t *testing.T) {
+	h := newHarness(t)
+	cfg := Config{Client: h.cs, Informers: informers.NewSharedInformerFactory(h.cs, 0), Router: newFakeRouter(),
+		Backend: h.b, Scaling: h.scaling, Defaults: h.store, Recorder: h.rec, StatsPort: 9999}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	web := service.Key{Namespace: testNS, Name: "web"}
+	shop := service.Key{Namespace: testNS, Name: "shop"}
+	c.router.(*fakeRouter).setPods(web, "10.0.0.1", "fd00::1")
+	c.router.(*fakeRouter).setPods(shop, "10.0.0.2")
+	for _, tc := range []struct {
+		svc    service.Key
+		remote string
+		want   string
+		ok     bool
+	}{
+		{web, "10.0.0.1:41000", "10.0.0.1:9999", true},
+		{web, "[::ffff:10.0.0.1]:41000", "10.0.0.1:9999", true}, // the same address, IPv4-mapped
+		{web, "[fd00::1]:41000", "[fd00::1]:9999", true},
+		{web, "10.0.0.2:41000", "", false}, // shop's pod pushing as web's
+		{shop, "10.0.0.1:41000", "", false},
+		{web, "10.9.9.9:41000", "", false},
+	} {
+		got, ok := c.PodAddr(tc.svc, netip.MustParseAddrPort(tc.remote), "10.0.0.1:9999")
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("PodAddr(%s, %s) = %q, %v; want %q, %v", tc.svc, tc.remote, got, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := c.PodAddr(web, netip.AddrPort{}, "10.0.0.1:9999"); ok {
+		t.Error("a connection without an address resolved")
 	}
 }
 

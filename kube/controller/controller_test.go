@@ -93,15 +93,23 @@ func TestOptedInDeploymentIsUpsertedWithItsSpecAndPods(t *testing.T) {
 	}
 }
 
-func TestStatsPortIsConfigurable(t *testing.T) {
+// controllerWithStatsPort is a controller over a fake router whose pods
+// serve their stats on port.
+func controllerWithStatsPort(t *testing.T, port int) *Controller {
+	t.Helper()
 	h := newHarness(t)
 	cfg := Config{Client: h.cs, Informers: informers.NewSharedInformerFactory(h.cs, 0), Router: newFakeRouter(),
-		Backend: h.b, Scaling: h.scaling, Defaults: h.store, Recorder: h.rec, StatsPort: 9999}
+		Backend: h.b, Scaling: h.scaling, Defaults: h.store, Recorder: h.rec, StatsPort: port}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.queue.ShutDown)
+	return c
+}
+
+func TestStatsPortIsConfigurable(t *testing.T) {
+	c := controllerWithStatsPort(t, 9999)
 	r := c.router.(*fakeRouter)
 	key := service.Key{Namespace: testNS, Name: "a"}
 	r.setPods(key, "10.0.0.1", "fd00::1")
@@ -115,14 +123,7 @@ func TestStatsPortIsConfigurable(t *testing.T) {
 // the pod claims is not read, and an address that is no ready pod of the
 // service is refused.
 func TestPodAddrResolvesReadyPodsOnly(t *testing.T) {
-	h := newHarness(t)
-	cfg := Config{Client: h.cs, Informers: informers.NewSharedInformerFactory(h.cs, 0), Router: newFakeRouter(),
-		Backend: h.b, Scaling: h.scaling, Defaults: h.store, Recorder: h.rec, StatsPort: 9999}
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.queue.ShutDown)
+	c := controllerWithStatsPort(t, 9999)
 	web := service.Key{Namespace: testNS, Name: "web"}
 	shop := service.Key{Namespace: testNS, Name: "shop"}
 	c.router.(*fakeRouter).setPods(web, "10.0.0.1", "fd00::1")

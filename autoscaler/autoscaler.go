@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -74,6 +75,13 @@ type Config struct {
 	// from scaling to zero. That suits tests and tools, never a cluster.
 	// Sink, OnPoke, Logger and Registerer are the Autoscaler's.
 	Endpoint collector.EndpointConfig
+	// Pods configures the websocket endpoint pods push their stats to
+	// (PodHandler serves it). Without a Resolver there is none, and every
+	// pod is scraped. Pushes, OnSharp, Clock, Logger and Registerer are the
+	// Autoscaler's: a pod's fresh push stands in for its scrape, and a
+	// frame that shows a service's load rising sharply has it decided at
+	// once (engine.Inputs.HasRecent).
+	Pods collector.PodEndpointConfig
 	// ActivatorStaleAfter is how long an activator's figures count after
 	// they arrived (default collector.DefaultStaleAfter).
 	ActivatorStaleAfter time.Duration
@@ -127,7 +135,7 @@ type MemoryStore interface {
 // Notable is a decision that changed a service's scale or panic mode.
 type Notable struct {
 	Service service.Key
-	// Time is when the decision was made; Trigger is "tick" or "poke".
+	// Time is when the decision was made; Trigger is "tick", "poke" or "push".
 	Time    time.Time
 	Trigger string
 	// From is the scale before: the previous decision's, or for the first
@@ -181,6 +189,8 @@ type Autoscaler struct {
 	collector      *collector.Collector
 	acts           *collector.Activators
 	endpoint       *collector.ActivatorEndpoint // nil without tokens or an authenticator
+	pushes         *collector.Pushes            // with podEndpoint; nil without a resolver
+	podEndpoint    *collector.PodEndpoint
 	metrics        *metrics
 	onNotable      func(Notable)
 	onGaugeProblem func(GaugeProblem)
@@ -196,13 +206,19 @@ type Autoscaler struct {
 	// inbox holds the changes and pokes other goroutines asked for, in
 	// order, until the loop applies them; wake tells the loop, and never
 	// blocks a sender.
-	inMu   sync.Mutex
-	inbox  []change
-	pokes  []service.Key
-	poked  map[service.Key]struct{}
+	inMu  sync.Mutex
+	inbox []change
+	pokes []service.Key
+	poked map[service.Key]struct{}
+	// sharps are the services whose pods pushed a sharp rise since the
+	// loop last decided on them, once each.
+	sharps []service.Key
+	sharp  map[service.Key]struct{}
 	wake   chan struct{}
 	taken  []change // the loop's copy of the inbox, reused
 	pokesC []service.Key
+	// sharpsC is handlePokes' copy of sharps.
+	sharpsC []service.Key
 
 	running atomic.Bool
 
@@ -245,7 +261,10 @@ type svc struct {
 	keptAt time.Time
 	target *scaler.Target
 	pods   []string // replaced, never changed in place: a round reads it
-	m      serviceMetrics
+	// round is what the latest round read of the service, for a decision
+	// made on pushed frames between rounds.
+	round roundFigures
+	m     serviceMetrics
 	// gaugeKey is stats.GaugeKey of the gauge the spec scales on, 0 for
 	// none. gauge is the problem last told, and pending a change seen for
 	// pendingRounds rounds.
@@ -276,6 +295,14 @@ type svc struct {
 	next, n int
 }
 
+// roundFigures are a round's figures of a service: its ready pods, their
+// own load (not what the activators sent them), and the activators'.
+type roundFigures struct {
+	ready           int
+	podConc, podRPS float64
+	actConc, actRPS float64
+}
+
 // entry is one kept decision with its inputs.
 type entry struct {
 	d  decider.Decision
@@ -291,11 +318,27 @@ type decision struct {
 	entry
 }
 
-// The triggers of a decision.
+// trigger is what a decision was made for: the tick, a poke from an
+// activator, or a sharp rise a pod pushed. Its String names it in logs,
+// Notables and the decisions metric.
+type trigger uint8
+
 const (
-	triggerTick = "tick"
-	triggerPoke = "poke"
+	byTick trigger = iota
+	byPoke
+	bySharp
+	numTriggers
 )
+
+func (t trigger) String() string {
+	switch t {
+	case byPoke:
+		return "poke"
+	case bySharp:
+		return "push"
+	}
+	return "tick"
+}
 
 // New returns an Autoscaler, or an error saying which setting is wrong.
 func New(cfg Config) (*Autoscaler, error) {
@@ -329,6 +372,7 @@ func New(cfg Config) (*Autoscaler, error) {
 		keepEvery:      cmp.Or(cfg.KeepInterval, DefaultKeepInterval),
 		services:       make(map[service.Key]*svc),
 		poked:          make(map[service.Key]struct{}),
+		sharp:          make(map[service.Key]struct{}),
 		wake:           make(chan struct{}, 1),
 		ctx:            context.Background(),
 	}
@@ -342,6 +386,19 @@ func New(cfg Config) (*Autoscaler, error) {
 
 	a.acts = collector.NewActivators(clk, cfg.ActivatorStaleAfter)
 	cc := cfg.Collector
+	if cfg.Pods.Resolver != nil {
+		a.pushes = collector.NewPushes(clk, 0)
+		cc.Pushes = a.pushes
+		pc := cfg.Pods
+		pc.Pushes = a.pushes
+		pc.OnSharp = a.onSharp
+		pc.Clock = clk
+		pc.Logger = log
+		pc.Registerer = cfg.Registerer
+		if a.podEndpoint, err = collector.NewPodEndpoint(pc); err != nil {
+			return nil, fmt.Errorf("autoscaler: %w", err)
+		}
+	}
 	cc.Activators = a.acts
 	cc.Clock = clk
 	cc.Logger = log
@@ -447,6 +504,39 @@ func (a *Autoscaler) Poke(key service.Key) {
 	a.signal()
 }
 
+// onSharp is the pod endpoint's OnSharp: a pod of the service pushed a
+// frame that shows its load rising sharply. The loop decides for the
+// service at once, reading its pods' latest frames (Inputs.HasRecent);
+// pushes between two decisions are one.
+func (a *Autoscaler) onSharp(key service.Key) {
+	a.inMu.Lock()
+	if _, dup := a.sharp[key]; !dup {
+		a.sharp[key] = struct{}{}
+		a.sharps = append(a.sharps, key)
+	}
+	a.inMu.Unlock()
+	a.signal()
+}
+
+// PodHandler serves the pods' push endpoint (network.PodPushPath), or is
+// nil when Config.Pods has no Resolver.
+func (a *Autoscaler) PodHandler() http.Handler {
+	if a.podEndpoint == nil {
+		return nil
+	}
+	return a.podEndpoint
+}
+
+// ClosePushes closes the push connections of the pods of every service
+// for which moved reports true (this replica no longer leads it): they
+// dial again and are sent where it is led. It does nothing without a
+// pod endpoint.
+func (a *Autoscaler) ClosePushes(moved func(service.Key) bool) {
+	if a.podEndpoint != nil {
+		a.podEndpoint.CloseWhere(moved)
+	}
+}
+
 // pokeName is the activator endpoint's OnPoke: where a service's name
 // enters from the wire, and is parsed.
 func (a *Autoscaler) pokeName(name string) {
@@ -482,6 +572,9 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	if a.endpoint != nil {
 		defer a.endpoint.Close()
 	}
+	if a.podEndpoint != nil {
+		defer a.podEndpoint.Close()
+	}
 
 	// The collection rounds' goroutine: it does the I/O, the loop the rest.
 	type roundReq struct {
@@ -495,6 +588,9 @@ func (a *Autoscaler) Run(ctx context.Context) error {
 	defer close(reqs)
 	wg.Go(func() {
 		for r := range reqs {
+			if a.pushes != nil {
+				a.pushes.Sweep()
+			}
 			results <- a.collector.Round(ctx, r.t, r.targets)
 		}
 	})
@@ -570,6 +666,9 @@ func (a *Autoscaler) apply() {
 				s.npods = len(c.pods)
 				s.mu.Unlock()
 				s.setLoadPods(c.pods)
+				if a.pushes != nil {
+					a.pushes.Forget(s.name, c.pods)
+				}
 			}
 		case changeRemove:
 			a.remove(c.key)
@@ -663,6 +762,9 @@ func (a *Autoscaler) remove(key service.Key) {
 	// The executor drops it; no decision for it is made after this, so
 	// Forget is the last word.
 	a.exec.Forget(s.target)
+	if a.pushes != nil {
+		a.pushes.Forget(s.name, nil)
+	}
 	a.metrics.remove(key)
 	a.metrics.services.Set(float64(len(a.list)))
 	a.log.Info("service removed", zap.Stringer("service", key))
@@ -702,6 +804,8 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		if len(sm.Pods) > 0 {
 			s.recordLoads(sm.Pods)
 		}
+		s.round = roundFigures{ready: sm.ReadyPods, podConc: sm.PodConcurrency, podRPS: sm.PodRPS,
+			actConc: sm.ActivatorConcurrency, actRPS: sm.ActivatorRPS}
 		if s.gaugeKey != 0 && sm.Scraped > 0 {
 			a.gaugeRound(s, sm)
 		}
@@ -807,7 +911,7 @@ func (a *Autoscaler) tickAll(now time.Time) []decision {
 	a.apply()
 	a.decided = a.decided[:0]
 	for _, s := range a.list {
-		a.decided = append(a.decided, a.decide(s, now, false))
+		a.decided = append(a.decided, a.decide(s, now, byTick))
 		if a.memory != nil && now.Sub(s.keptAt) >= a.keepEvery {
 			a.keep(s, now)
 		}
@@ -825,11 +929,14 @@ func (a *Autoscaler) keep(s *svc, now time.Time) {
 	}
 }
 
-// handlePokes decides for every service poked since the last call.
+// handlePokes decides for every service poked, or whose pods pushed a
+// sharp rise, since the last call.
 func (a *Autoscaler) handlePokes() {
 	a.inMu.Lock()
 	a.pokesC, a.pokes = a.pokes, a.pokesC[:0]
 	clear(a.poked)
+	a.sharpsC, a.sharps = a.sharps, a.sharpsC[:0]
+	clear(a.sharp)
 	a.inMu.Unlock()
 	for _, key := range a.pokesC {
 		s := a.services[key]
@@ -837,15 +944,52 @@ func (a *Autoscaler) handlePokes() {
 			a.log.Debug("poke for an unknown service", zap.Stringer("service", key))
 			continue
 		}
-		a.decided = append(a.decided[:0], a.decide(s, a.clock.Now(), true))
+		a.decided = append(a.decided[:0], a.decide(s, a.clock.Now(), byPoke))
+		a.out(a.decided)
+	}
+	for _, key := range a.sharpsC {
+		s := a.services[key]
+		if s == nil || slices.Contains(a.pokesC, key) {
+			continue // unknown here, or decided on just now
+		}
+		d := a.decide(s, a.clock.Now(), bySharp)
+		if !d.entry.in.HasRecent {
+			continue // no fresh frame left to read: the tick decides
+		}
+		a.decided = append(a.decided[:0], d)
 		a.out(a.decided)
 	}
 }
 
+// recent is the service's load over the last fraction of a second: the
+// latest frame of each pod with a fresh push, the per-pod average of the
+// latest round for the others, and the activators' load of that round.
+// ok is false when no pod has a fresh push.
+func (a *Autoscaler) recent(s *svc) (conc, rps float64, ok bool) {
+	if a.pushes == nil {
+		return 0, 0, false
+	}
+	n := a.pushes.Recent(s.name, s.pods, func(_ string, r collector.PodRecent) {
+		conc += r.Concurrency
+		rps += r.RPS
+	})
+	if n == 0 {
+		return 0, 0, false
+	}
+	if others, rd := len(s.pods)-n, s.round.ready; others > 0 && rd > 0 {
+		conc += float64(others) * s.round.podConc / float64(rd)
+		rps += float64(others) * s.round.podRPS / float64(rd)
+	}
+	return conc + s.round.actConc, rps + s.round.actRPS, true
+}
+
 // decide makes one decision for s from its core and the inputs of now: the
 // backend's status and the activators' pending requests.
-func (a *Autoscaler) decide(s *svc, now time.Time, poked bool) decision {
-	in := engine.Inputs{Now: now, Poked: poked}
+func (a *Autoscaler) decide(s *svc, now time.Time, why trigger) decision {
+	in := engine.Inputs{Now: now, Poked: why == byPoke}
+	if why == bySharp {
+		in.RecentConcurrency, in.RecentRPS, in.HasRecent = a.recent(s)
+	}
 	st, err := a.backend.Status(a.ctx, s.key)
 	if err != nil {
 		// Unknown to the backend (not created yet, or deleted): decide on
@@ -893,7 +1037,7 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 	// The decision is told (metrics, log, OnNotable) before the executor
 	// acts on it, so that what it changes is never reported first.
 	s.m.observe(d)
-	a.metrics.decided(e.in.Poked, from, d.Scale)
+	a.metrics.decided(e.trigger(), from, d.Scale)
 	switch {
 	case scaleChanged || panicChanged:
 		a.logDecision(zapcore.InfoLevel, s, from, e)
@@ -901,7 +1045,7 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 		a.logDecision(zapcore.DebugLevel, s, from, e)
 	}
 	if a.onNotable != nil && (scaleChanged || panicChanged) {
-		a.onNotable(Notable{Service: s.key, Time: e.in.Now, Trigger: e.trigger(), From: from, Decision: d,
+		a.onNotable(Notable{Service: s.key, Time: e.in.Now, Trigger: e.trigger().String(), From: from, Decision: d,
 			PanicChanged: panicChanged, Metric: metric, TargetPerPod: perPod})
 	}
 	a.exec.Update(s.target, d)
@@ -921,7 +1065,7 @@ func (a *Autoscaler) logDecision(lvl zapcore.Level, s *svc, from int, e entry) {
 		zap.Int("scale", d.Scale),
 		zap.Int("desired", d.Desired),
 		zap.String("reason", d.Reason),
-		zap.String("trigger", e.trigger()),
+		zap.String("trigger", e.trigger().String()),
 		zap.Int("ready", d.Ready),
 		zap.Float64("stable", d.Stable),
 		zap.Float64("panic", d.Panic),
@@ -933,9 +1077,12 @@ func (a *Autoscaler) logDecision(lvl zapcore.Level, s *svc, from int, e entry) {
 	)
 }
 
-func (e *entry) trigger() string {
-	if e.in.Poked {
-		return triggerPoke
+func (e *entry) trigger() trigger {
+	switch {
+	case e.in.Poked:
+		return byPoke
+	case e.in.HasRecent:
+		return bySharp
 	}
-	return triggerTick
+	return byTick
 }

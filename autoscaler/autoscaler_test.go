@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -78,7 +79,7 @@ type harness struct {
 	notables chan Notable
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, opts ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{
 		t:        t,
@@ -90,7 +91,7 @@ func newHarness(t *testing.T) *harness {
 	h.be.SetReadyFollowsDesired(true)
 	core, logs := observer.New(zapcore.InfoLevel)
 	h.logs = logs
-	a, err := New(Config{
+	cfg := Config{
 		Backend: h.be,
 		// No route polls: the fake backend confirms routes at once, and a
 		// poll would make backend calls the tests do not wait for.
@@ -107,7 +108,11 @@ func newHarness(t *testing.T) *harness {
 		OnNotable:  func(n Notable) { h.notables <- n },
 		Clock:      h.clk,
 		Logger:     zap.New(core),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,5 +702,74 @@ func TestLeastBusyByEachPodsScrapedLoad(t *testing.T) {
 	}
 	if got := h.a.leastBusy(key("unknown"), 1); got != nil {
 		t.Fatalf("least busy of an unknown service: %q", got)
+	}
+}
+
+// loopbackPods is a collector.PodResolver for tests: any connection is
+// the pod it claims to be.
+type loopbackPods struct{}
+
+func (loopbackPods) PodAddr(_ service.Key, _ netip.AddrPort, claimed string) (string, bool) {
+	return claimed, claimed != ""
+}
+
+// A step in load that the pods push is decided on at once, out of the
+// tick, from their latest frames: kpa enters panic and asks for the pods
+// the new load needs, where the windows' one-second samples would take
+// seconds to. A service with no fresh push is left to the tick.
+func TestSharpPushDecidesAtOnce(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Pods = collector.PodEndpointConfig{Resolver: loopbackPods{}} })
+	k := key("web")
+	spec := autoscaling.DefaultSpec()
+	spec.Class = autoscaling.ClassKPA
+	spec.Target, spec.TargetUtilization = 10, 1
+	h.be.Set(k, plan.Status{Desired: 2, Ready: 2, Route: plan.RoutePods})
+	h.a.Upsert(k, spec)
+	pods := []string{"10.0.0.1:9090", "10.0.0.2:9090"}
+	h.a.SetPods(k, pods)
+	push := func(conc float64, period time.Duration) {
+		t.Helper()
+		r := stats.Report{End: h.clk.Now(), Period: period, Uptime: time.Minute, Concurrency: conc,
+			Requests: uint64(conc * 10 * period.Seconds())}
+		for _, p := range pods {
+			if _, err := h.a.pushes.Push(k.String(), p, &r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A minute at 10 a pod: the target, two pods.
+	for range 70 {
+		push(10, time.Second)
+		h.step()
+	}
+	h.settle(k)
+	if ss, _ := h.a.ServiceStatus(k); ss.Scale != 2 || ss.PanicMode {
+		t.Fatalf("steady: %+v, want 2 pods out of panic", ss)
+	}
+
+	for len(h.notables) > 0 {
+		<-h.notables
+	}
+
+	// The load triples; 100 ms later each pod pushes what it holds.
+	h.clk.Step(300 * time.Millisecond)
+	push(30, 100*time.Millisecond)
+	h.a.onSharp(k)
+	h.a.handlePokes()
+	n := recv(t, h.notables, "notable decision")
+	if n.Trigger != "push" || n.Decision.Scale != 6 || !n.Decision.InPanic {
+		t.Fatalf("decision on the sharp push: %s → %d (panic %t), want push → 6 in panic", n.Trigger, n.Decision.Scale, n.Decision.InPanic)
+	}
+	if ss, _ := h.a.ServiceStatus(k); ss.Trigger != "push" {
+		t.Fatalf("status trigger %q, want push", ss.Trigger)
+	}
+
+	// Stale pushes: a sharp call with nothing fresh to read decides nothing.
+	h.clk.Step(3 * time.Second)
+	before, _ := h.a.ServiceStatus(k)
+	h.a.onSharp(k)
+	h.a.handlePokes()
+	if after, _ := h.a.ServiceStatus(k); !after.Time.Equal(before.Time) {
+		t.Fatalf("a decision at %v on stale pushes", after.Time)
 	}
 }

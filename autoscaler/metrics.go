@@ -18,7 +18,7 @@ type metrics struct {
 	roundsBusy                     prometheus.Counter
 	tickDuration                   prometheus.Histogram
 	// decisions[trigger][change]
-	decisions [2][numChanges]prometheus.Counter
+	decisions [numTriggers][numChanges]prometheus.Counter
 }
 
 // The kinds of change a decision makes, for decisions_total.
@@ -71,9 +71,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "swell_autoscaler_decisions_total",
-		Help: "Decisions by trigger (tick, poke) and change of scale from the previous decision (up, down, none).",
+		Help: "Decisions by trigger (tick, poke, push) and change of scale from the previous decision (up, down, none).",
 	}, []string{"trigger", "change"})
-	for t, trigger := range []string{triggerTick, triggerPoke} {
+	for t := range numTriggers {
+		trigger := t.String()
 		for c, change := range changeNames {
 			m.decisions[t][c] = decisions.WithLabelValues(trigger, change)
 		}
@@ -103,11 +104,7 @@ func (m *metrics) remove(key service.Key) {
 	}
 }
 
-func (m *metrics) decided(poked bool, from, to int) {
-	t := 0
-	if poked {
-		t = 1
-	}
+func (m *metrics) decided(t trigger, from, to int) {
 	c := changeNone
 	switch {
 	case to > from:

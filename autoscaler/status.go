@@ -64,7 +64,7 @@ type SampleStatus struct {
 
 // DecisionStatus is one decision with its inputs.
 type DecisionStatus struct {
-	// Time is when the decision was made; Trigger is "tick" or "poke".
+	// Time is when the decision was made; Trigger is "tick", "poke" or "push".
 	Time    time.Time `json:"time"`
 	Trigger string    `json:"trigger"`
 	// Ready is the ready pods seen; Current the replicas the backend was
@@ -151,7 +151,7 @@ func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
 func decisionStatus(e entry) DecisionStatus {
 	return DecisionStatus{
 		Time:                e.d.Now,
-		Trigger:             e.trigger(),
+		Trigger:             e.trigger().String(),
 		Ready:               e.d.Ready,
 		Current:             e.current,
 		Stable:              finite(e.d.Stable),
@@ -182,15 +182,19 @@ func finite(f float64) float64 {
 	return f
 }
 
-// Handler serves ReportHandler and, at network.AutoscalerStatusPath,
-// StatusHandler on one mux, for a process that listens for its operator
-// alone (swell local, on loopback). On Kubernetes the two are served
-// apart: the status names every tenant's services, and the activators'
-// port is open to the cluster.
+// Handler serves ReportHandler, PodHandler (at network.PodPushPath, when
+// there is one) and, at network.AutoscalerStatusPath, StatusHandler on
+// one mux, for a process that listens for its operator alone (swell
+// local, on loopback). On Kubernetes they are served apart: the status
+// names every tenant's services, the activators' port is open to the
+// cluster over TLS, and the pods' is plain.
 func (a *Autoscaler) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(network.ActivatorReportPath, a.ReportHandler())
 	mux.Handle(network.AutoscalerStatusPath, a.StatusHandler(nil))
+	if a.podEndpoint != nil {
+		mux.Handle(network.PodPushPath, a.podEndpoint)
+	}
 	return mux
 }
 

@@ -59,6 +59,10 @@ type PodEndpointConfig struct {
 	Pushes *Pushes
 	// Resolver names the pod each connection comes from, or refuses it.
 	Resolver PodResolver
+	// OnSharp, if set, is called with a pod's service when a frame shows
+	// its load rising sharply (Pushes.Push), on the connection's
+	// goroutine: it must return quickly.
+	OnSharp func(svc service.Key)
 	// Route, if set, says whether this replica takes the pushes of a
 	// service (it leads the service's bucket) or, if not, the address of
 	// the one that does ("host:port"; "" while none is known). A pod sent
@@ -99,6 +103,7 @@ type PodEndpoint struct {
 	pushes   *Pushes
 	resolver PodResolver
 	route    func(service.Key) (bool, string)
+	onSharp  func(service.Key)
 	maxConns int
 	idle     time.Duration
 	frameLim rate.Limit
@@ -120,6 +125,7 @@ type PodEndpoint struct {
 // podConn is one pod's push connection.
 type podConn struct {
 	ws      *websocket.Conn
+	key     service.Key
 	id      podID
 	remote  string
 	limiter *rate.Limiter
@@ -142,6 +148,7 @@ func NewPodEndpoint(cfg PodEndpointConfig) (*PodEndpoint, error) {
 		pushes:   cfg.Pushes,
 		resolver: cfg.Resolver,
 		route:    cfg.Route,
+		onSharp:  cfg.OnSharp,
 		maxConns: cfg.MaxConnections,
 		idle:     cfg.IdleTimeout,
 		frameLim: cfg.FrameRate,
@@ -236,7 +243,7 @@ func (e *PodEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		e.metrics.rejected("handshake")
 		return
 	}
-	c := &podConn{ws: ws, id: podID{service: svc.String(), addr: addr}, remote: r.RemoteAddr,
+	c := &podConn{ws: ws, key: svc, id: podID{service: svc.String(), addr: addr}, remote: r.RemoteAddr,
 		limiter: rate.NewLimiter(e.frameLim, e.burst)}
 	ws.SetReadLimit(stats.MaxBinarySize)
 	if !e.register(c) {
@@ -307,11 +314,15 @@ func (e *PodEndpoint) read(c *podConn) {
 		if !c.current.Load() {
 			return // replaced: whoever replaced it closed it
 		}
-		if err := e.pushes.Push(c.id.service, c.id.addr, &rep); err != nil {
+		sharp, err := e.pushes.Push(c.id.service, c.id.addr, &rep)
+		if err != nil {
 			e.closeConn(c, websocket.CloseInvalidFramePayloadData, err.Error())
 			return
 		}
 		e.metrics.applied.Inc()
+		if sharp && e.onSharp != nil {
+			e.onSharp(c.key)
+		}
 		if e.applied != nil {
 			e.applied(c.id.service, c.id.addr)
 		}
@@ -360,6 +371,24 @@ func (e *PodEndpoint) Close() error {
 		e.closeConn(c, websocket.CloseGoingAway, "autoscaler shutting down")
 	}
 	return nil
+}
+
+// CloseWhere closes, with 1001 (going away), the connections of the pods
+// of every service for which moved reports true: this replica no longer
+// leads their bucket. Each pod dials again and is sent to the replica
+// that does.
+func (e *PodEndpoint) CloseWhere(moved func(service.Key) bool) {
+	e.mu.Lock()
+	var conns []*podConn
+	for _, c := range e.pods {
+		if moved(c.key) {
+			conns = append(conns, c)
+		}
+	}
+	e.mu.Unlock()
+	for _, c := range conns {
+		e.closeConn(c, websocket.CloseGoingAway, "the service is led by another autoscaler replica now")
+	}
 }
 
 // podEndpointMetrics are the pod endpoint's operator metrics.

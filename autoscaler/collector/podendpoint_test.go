@@ -266,8 +266,10 @@ func TestPodFramesBounded(t *testing.T) {
 	if applied != 3 || dropped != podDropsToClose {
 		t.Fatalf("%v applied, %v dropped; want the burst of 3, and %d dropped", applied, dropped, podDropsToClose)
 	}
-	if f, ok := r.fresh("ns/web", "10.0.0.1:9091"); !ok || !near(f.concurrency, 2) {
-		t.Fatalf("kept %+v (%v), want the burst's last, concurrency 2", f, ok)
+	// No round read them: the burst's three periods are merged, 0, 1
+	// and 2 averaged.
+	if f, ok := r.fresh("ns/web", "10.0.0.1:9091"); !ok || !near(f.concurrency, 1) {
+		t.Fatalf("kept %+v (%v), want the burst's three merged, concurrency 1", f, ok)
 	}
 }
 
@@ -331,5 +333,63 @@ func TestPodIdleClosed(t *testing.T) {
 	}
 	if code := closedWith(t, ws); code != CloseIdle {
 		t.Fatalf("an idle connection closed with %d, want %d", code, CloseIdle)
+	}
+}
+
+// A frame that shows a pod's load rising sharply calls OnSharp with the
+// pod's service, after it is applied; others do not.
+func TestPodEndpointSharp(t *testing.T) {
+	sharp := make(chan service.Key, 8)
+	r := newPushRig(t, func(c *PodEndpointConfig) { c.OnSharp = func(k service.Key) { sharp <- k } })
+	r.table.pods["ns/web"] = []string{"10.0.0.1:9091"}
+	ws, _, err := r.dial(t, "ns/web", "10.0.0.1:9091")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []float64{2, 3, 8} {
+		push(t, ws, rep(c, 0, 0, 0))
+		<-r.applied
+	}
+	select {
+	case k := <-sharp:
+		if k.String() != "ns/web" {
+			t.Fatalf("OnSharp(%v), want ns/web", k)
+		}
+	default:
+		t.Fatal("no OnSharp for a rise from 3 to 8")
+	}
+	if len(sharp) != 0 {
+		t.Fatalf("%d more OnSharp calls, want one (2 → 3 is no sharp rise)", len(sharp))
+	}
+}
+
+// CloseWhere closes the connections of the services it is told moved,
+// with 1001, and leaves the others open.
+func TestPodEndpointCloseWhere(t *testing.T) {
+	r := newPushRig(t, nil)
+	r.table.pods["ns/a"] = []string{"10.0.0.1:9091"}
+	r.table.pods["ns/b"] = []string{"10.0.0.2:9091"}
+	a, _, err := r.dial(t, "ns/a", "10.0.0.1:9091")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := r.dial(t, "ns/b", "10.0.0.2:9091")
+	if err != nil {
+		t.Fatal(err)
+	}
+	push(t, a, rep(1, 0, 1, 0))
+	push(t, b, rep(1, 0, 1, 0))
+	<-r.applied
+	<-r.applied
+	r.ep.CloseWhere(func(k service.Key) bool { return k.Name == "a" })
+	if code := closedWith(t, a); code != websocket.CloseGoingAway {
+		t.Fatalf("moved service's connection closed with %d, want 1001", code)
+	}
+	push(t, b, rep(2, 0, 2, 0))
+	if got := <-r.applied; got.service != "ns/b" {
+		t.Fatalf("frame applied for %v, want ns/b's", got)
+	}
+	if n := r.ep.Pushing(); n != 1 {
+		t.Fatalf("%d pods pushing, want b alone", n)
 	}
 }

@@ -49,6 +49,17 @@ type Inputs struct {
 	// Poked says a request just arrived at the activator for the service:
 	// the decision is made out of the tick, to wake it from zero.
 	Poked bool
+	// Recent, when HasRecent, is the service's load over the last fraction
+	// of a second, read from the frames its pods pushed as it rose sharply
+	// (concurrency and requests per second, as the samples count them).
+	// The decision, made out of the tick, reads it as the panic window's
+	// newest second will read once it is recorded: the panic window's
+	// average (and its arrivals') is taken as at least it. So a step is
+	// decided on within a fraction of a second, not once the one-second
+	// samples have filled enough of the panic window; a fall is left to
+	// the windows.
+	RecentConcurrency, RecentRPS float64
+	HasRecent                    bool
 }
 
 // Service is one service's window, decider and newest second of load. It
@@ -181,6 +192,16 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 		s.dec.MeasureArrivals(s.arrivals, &o)
 		o.Served, o.ServedRequests = s.served, s.servedRequests
 		s.served, s.servedRequests = 0, 0
+	}
+	if in.HasRecent {
+		v := in.RecentConcurrency
+		if s.spec.Metric == autoscaling.MetricRPS {
+			v = in.RecentRPS
+		}
+		o.Panic = max(o.Panic, v)
+		if o.HasArrivals {
+			o.ArrivalsPanic = max(o.ArrivalsPanic, in.RecentRPS)
+		}
 	}
 	by := s.extra.combine(s.dec, &s.spec, &o)
 	d := s.dec.Decide(o)

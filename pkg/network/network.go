@@ -138,6 +138,10 @@ const (
 	// pod's service ("namespace/name") and its stats address.
 	PodPushService = "service"
 	PodPushAddr    = "addr"
+	// DefaultAutoscalerPushPort is the autoscaler's port for it: plain
+	// HTTP, as the scrapes it replaces are, and trusted the same way, by
+	// the connection's source address.
+	DefaultAutoscalerPushPort = 8081
 )
 
 // The autoscaler's status: every service's latest decision and its inputs,

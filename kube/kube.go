@@ -123,6 +123,9 @@ const (
 	// PortNameStats names the queue-proxy's metrics port (it serves
 	// /stats) on a pods-Service.
 	PortNameStats = "stats"
+	// PortNamePush names the autoscaler's push port, where queue-proxies
+	// push their stats, on the autoscaler's Service.
+	PortNamePush = "push"
 )
 
 // maxName is the longest Service and EndpointSlice name that is also a DNS

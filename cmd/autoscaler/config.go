@@ -43,6 +43,9 @@ type config struct {
 	PodName, Namespace, PodIP string
 
 	Port, WebhookPort, AdminPort, MetricsPort int
+	// PushPort takes the pods' pushed stats, in plain HTTP: a connection
+	// is trusted as the ready pod its source address is, as a scrape is.
+	PushPort int
 	// StatusPort serves the status on loopback only: it names every
 	// tenant's services, so only a process in the pod's network namespace
 	// (kubectl port-forward, which RBAC governs) may read it.
@@ -82,6 +85,7 @@ func defaultConfig() config {
 	return config{
 		Namespace:       kube.DefaultSystemNamespace,
 		Port:            network.DefaultAutoscalerPort,
+		PushPort:        network.DefaultAutoscalerPushPort,
 		WebhookPort:     defaultWebhookPort,
 		AdminPort:       defaultAdminPort,
 		StatusPort:      defaultStatusPort,
@@ -134,6 +138,8 @@ func bind(cfg *config) *envflag.Set {
 		"this replica's address, published for the activators while it leads", envflag.String)
 	envflag.Var(s, &cfg.Port, "port", "AUTOSCALER_PORT", cfg.Port,
 		"port serving, over TLS, the activators' websocket ("+network.ActivatorReportPath+")", envflag.Port)
+	envflag.Var(s, &cfg.PushPort, "push-port", "PUSH_PORT", cfg.PushPort,
+		"port taking the pods' pushed stats ("+network.PodPushPath+", a websocket in plain HTTP, trusted by source address)", envflag.Port)
 	envflag.Var(s, &cfg.WebhookPort, "webhook-port", "WEBHOOK_PORT", cfg.WebhookPort,
 		"port serving the admission webhooks over TLS", envflag.Port)
 	envflag.Var(s, &cfg.AdminPort, "admin-port", "ADMIN_PORT", cfg.AdminPort,
@@ -235,7 +241,7 @@ func (c config) validate() error {
 	ports := []struct {
 		name string
 		port int
-	}{{"AUTOSCALER_PORT", c.Port}, {"WEBHOOK_PORT", c.WebhookPort}, {"ADMIN_PORT", c.AdminPort}, {"STATUS_PORT", c.StatusPort}, {"METRICS_PORT", c.MetricsPort}}
+	}{{"AUTOSCALER_PORT", c.Port}, {"PUSH_PORT", c.PushPort}, {"WEBHOOK_PORT", c.WebhookPort}, {"ADMIN_PORT", c.AdminPort}, {"STATUS_PORT", c.StatusPort}, {"METRICS_PORT", c.MetricsPort}}
 	for i, p := range ports {
 		for _, q := range ports[:i] {
 			if p.port == q.port {

@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strconv"
@@ -119,8 +120,10 @@ type app struct {
 	// synced turns true once the informers have their first lists; leading
 	// once this replica holds the lead (sharded: leads a bucket).
 	synced, leading atomic.Bool
-	// owned are the buckets led, when the services are divided (BUCKETS).
-	owned *shard.Owned
+	// owned are the buckets led, when the services are divided (BUCKETS);
+	// buckets leads them, once leadBuckets has made it.
+	owned   *shard.Owned
+	buckets atomic.Pointer[buckets.Manager]
 }
 
 func (a *app) run(ctx context.Context) error {
@@ -206,11 +209,21 @@ func (a *app) run(ctx context.Context) error {
 	}
 	log.Info("deciding every service", zap.Duration("tickInterval", tick), zap.Bool("fromDefaults", cfg.TickInterval == 0))
 
+	// A pod's pushed stats are taken as the ready pod its address is
+	// (Controller.PodAddr), by the replica that leads its service.
+	var ctl *controller.Controller
+	pods := collector.PodEndpointConfig{
+		Resolver: podResolver(func(svc service.Key, remote netip.AddrPort, claimed string) (string, bool) {
+			return ctl.PodAddr(svc, remote, claimed)
+		}),
+		Route: a.pushRoute,
+	}
 	as, err := autoscaler.New(autoscaler.Config{
 		TickInterval:   tick,
 		Backend:        backend,
 		Scaler:         scaler.Config{OnEvent: backend.OnEvent},
 		Endpoint:       collector.EndpointConfig{Authenticator: reviewer},
+		Pods:           pods,
 		Registerer:     reg,
 		OnNotable:      backend.OnNotable,
 		OnGaugeProblem: backend.OnGaugeProblem,
@@ -232,7 +245,7 @@ func (a *app) run(ctx context.Context) error {
 		follow(store.Current()) // a change made before OnChange
 	}
 
-	ctl, err := controller.New(controller.Config{
+	ctl, err = controller.New(controller.Config{
 		Client: a.client, Informers: factory, Router: router, Backend: backend, Scaling: as,
 		Defaults: store, Recorder: recorder, Clock: clock.RealClock{}, Logger: log.Named("controller"), Owns: owns,
 	})
@@ -363,13 +376,48 @@ func (a *app) run(ctx context.Context) error {
 	}
 }
 
+// leaderPorts are the ports this replica publishes while it leads.
+func (a *app) leaderPorts() controller.LeaderPorts {
+	return controller.LeaderPorts{Reports: a.cfg.Port, Push: a.cfg.PushPort}
+}
+
+// podResolver is a collector.PodResolver made of a function.
+type podResolver func(svc service.Key, remote netip.AddrPort, claimed string) (string, bool)
+
+func (f podResolver) PodAddr(svc service.Key, remote netip.AddrPort, claimed string) (string, bool) {
+	return f(svc, remote, claimed)
+}
+
+// pushRoute says where a pod of svc pushes its stats: here, when this
+// replica leads svc (the one leader, or the leader of svc's bucket);
+// else the leader of svc's bucket, found from its Lease and its Pod, at
+// its push port; else nowhere yet (the pod retries).
+func (a *app) pushRoute(svc service.Key) (here bool, elsewhere string) {
+	if a.owned == nil {
+		return a.leading.Load(), ""
+	}
+	if a.owned.Owns(svc) {
+		return true, ""
+	}
+	mgr := a.buckets.Load()
+	if mgr == nil {
+		return false, ""
+	}
+	ip, ok := mgr.Leader(shard.OfKey(svc, a.cfg.Buckets))
+	if !ok || ip == a.cfg.PodIP {
+		// Led here by the Lease, not yet by the loop: a moment's wait.
+		return false, ""
+	}
+	return false, net.JoinHostPort(ip, strconv.Itoa(a.cfg.PushPort))
+}
+
 // lead runs what only the leader does, until ctx ends.
 func (a *app) lead(ctx context.Context, router *routing.Router, ctl *controller.Controller, as *autoscaler.Autoscaler) error {
 	cfg, log := a.cfg, a.log
 	log.Info("leading")
 	err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: 1 << 30},
 		func(ctx context.Context) (bool, error) {
-			if err := controller.PublishLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, cfg.Port); err != nil {
+			if err := controller.PublishLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, a.leaderPorts()); err != nil {
 				log.Warn("cannot publish this replica as the autoscaler endpoint; retrying", zap.Error(err))
 				return false, nil
 			}
@@ -432,7 +480,7 @@ func (a *app) leadBuckets(ctx context.Context, recorder record.EventRecorder, ro
 			ctl.Resync(inBucket(b))
 			wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: 1 << 30},
 				func(ctx context.Context) (bool, error) {
-					err := controller.PublishBucketLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, cfg.Port, b, n)
+					err := controller.PublishBucketLeader(ctx, a.client, cfg.Namespace, cfg.PodName, cfg.PodIP, a.leaderPorts(), b, n)
 					if err != nil {
 						log.Warn("cannot publish this replica as the leader of a bucket; retrying", zap.Int("bucket", b), zap.Error(err))
 						return false, nil
@@ -443,6 +491,8 @@ func (a *app) leadBuckets(ctx context.Context, recorder record.EventRecorder, ro
 		OnStopped: func(b int) {
 			a.owned.Remove(b)
 			a.leading.Store(a.owned.Len() > 0)
+			// Its pods push to the bucket's next leader.
+			as.ClosePushes(inBucket(b))
 			router.Resync(inBucket(b))
 			ctl.Resync(inBucket(b))
 		},
@@ -450,6 +500,7 @@ func (a *app) leadBuckets(ctx context.Context, recorder record.EventRecorder, ro
 	if err != nil {
 		return err
 	}
+	a.buckets.Store(mgr)
 	log.Info("autoscaler started; dividing the services", zap.String("identity", cfg.PodName), zap.Int("buckets", n))
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -509,6 +560,7 @@ func (a *app) servers(as *autoscaler.Autoscaler, certMgr *certs.Manager, reg pro
 			// HTTP/1.1 only: the websocket upgrade needs nothing more.
 			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		}},
+		{port: cfg.PushPort, srv: &http.Server{Handler: a.pushes(as.PodHandler()), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}},
 		{port: cfg.WebhookPort, tls: true},
 		{port: cfg.AdminPort, srv: &http.Server{Handler: a.admin(certMgr), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}},
 		{port: cfg.StatusPort, loopback: true, srv: &http.Server{Handler: status, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}},
@@ -538,6 +590,15 @@ func (a *app) listen(s server) ([]net.Listener, error) {
 		return []net.Listener{v4}, nil
 	}
 	return []net.Listener{v4, v6}, nil
+}
+
+// pushes serves the pods' push endpoint, h, at network.PodPushPath, and
+// 404 elsewhere. Which replica takes a pod's pushes is h's own routing
+// (pushRoute): a follower redirects them, or has them retry.
+func (a *app) pushes(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+network.PodPushPath, h)
+	return mux
 }
 
 // leaderOnly serves h on the leader. Activators reach only the leader (it

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/certs"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // testServers builds a replica's servers as run does, around an
@@ -34,6 +36,10 @@ func testServers(t *testing.T) (*app, []server) {
 	as, err := autoscaler.New(autoscaler.Config{
 		Backend:    scalertest.NewBackend(),
 		Endpoint:   collector.EndpointConfig{Tokens: []string{"an-activator-token-long-enough"}},
+		Pods: collector.PodEndpointConfig{
+			Resolver: podResolver(func(service.Key, netip.AddrPort, string) (string, bool) { return "", false }),
+			Route:    a.pushRoute,
+		},
 		Registerer: reg,
 		Clock:      testingclock.NewFakeClock(time.Unix(0, 0)),
 	})
@@ -51,6 +57,38 @@ func get(h http.Handler, path string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	return rec
+}
+
+// The push port takes the pods' websocket and nothing else: a follower
+// has the pod retry, the leader refuses a connection from no pod of the
+// service, and the status is not there.
+func TestPushPort(t *testing.T) {
+	a, servers := testServers(t)
+	var push http.Handler
+	for _, s := range servers {
+		if s.port == a.cfg.PushPort {
+			if s.tls || s.loopback {
+				t.Errorf("push port %d: TLS %t, loopback %t; want plain, open to the pods", s.port, s.tls, s.loopback)
+			}
+			push = s.srv.Handler
+		}
+	}
+	if push == nil || a.cfg.PushPort != network.DefaultAutoscalerPushPort {
+		t.Fatalf("no server on PUSH_PORT %d", a.cfg.PushPort)
+	}
+	path := network.PodPushPath + "?" + network.PodPushService + "=ns/web&" + network.PodPushAddr + "=10.1.2.3:9090"
+	if rec := get(push, path); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a follower: %d %q, want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	a.leading.Store(true)
+	if rec := get(push, path); rec.Code != http.StatusForbidden {
+		t.Errorf("the leader, to no pod: %d, want 403", rec.Code)
+	}
+	for _, p := range []string{network.AutoscalerStatusPath, network.ActivatorReportPath} {
+		if rec := get(push, p); rec.Code != http.StatusNotFound {
+			t.Errorf("GET %s on the push port: %d, want 404", p, rec.Code)
+		}
+	}
 }
 
 // TestStatusOnlyOnLoopback: the status names every tenant's services, so

@@ -475,3 +475,25 @@ func (m *Manager) giveBack(b int) bool {
 	}
 	return b == last
 }
+
+// Leader returns the address of the replica that leads bucket b now, as
+// its Pod's IP: the holder of b's Lease, while it holds it, if that Pod
+// is ready and not being deleted. ok is false while b has no such
+// leader (a handover, or the Lease expired).
+func (m *Manager) Leader(b int) (ip string, ok bool) {
+	l, err := m.leases.Leases(m.cfg.Namespace).Get(kube.BucketLeaseName(b, m.cfg.Buckets))
+	if err != nil {
+		return "", false
+	}
+	if _, held := holderless(l, m.cfg.Clock.Now()); !held {
+		return "", false
+	}
+	p, err := m.pods.Pods(m.cfg.Namespace).Get(*l.Spec.HolderIdentity)
+	if err != nil || p.Status.PodIP == "" {
+		return "", false
+	}
+	if _, ready := readySince(p); !ready {
+		return "", false
+	}
+	return p.Status.PodIP, true
+}

@@ -221,3 +221,33 @@ func TestHolderless(t *testing.T) {
 		}
 	}
 }
+
+// Leader is the ready Pod that holds a bucket's Lease, by its IP; none
+// while the Lease is released or expired, or its holder not ready.
+func TestLeader(t *testing.T) {
+	r := newRig(t, "as-a", 3)
+	r.pod("as-a", t0)
+	r.pod("as-b", time.Time{}) // not ready
+	for _, name := range []string{"as-a", "as-b"} {
+		p, _ := r.m.pods.Pods(ns).Get(name)
+		p = p.DeepCopy()
+		p.Status.PodIP = map[string]string{"as-a": "10.0.0.1", "as-b": "10.0.0.2"}[name]
+		r.pods.Update(p)
+	}
+	r.lease(0, "as-a", t0)
+	r.lease(1, "as-b", t0)
+	r.lease(2, "", t0)
+	for _, c := range []struct {
+		b    int
+		ip   string
+		lead bool
+	}{{0, "10.0.0.1", true}, {1, "", false}, {2, "", false}} {
+		if ip, ok := r.m.Leader(c.b); ip != c.ip || ok != c.lead {
+			t.Errorf("Leader(%d) = %q, %t; want %q, %t", c.b, ip, ok, c.ip, c.lead)
+		}
+	}
+	r.clk.Step(16 * time.Second) // as-a's Lease expires unrenewed
+	if ip, ok := r.m.Leader(0); ok {
+		t.Errorf("Leader(0) = %q past its Lease's expiry", ip)
+	}
+}

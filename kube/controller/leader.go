@@ -21,14 +21,22 @@ import (
 	"github.com/swell-run/swell/pkg/network"
 )
 
+// LeaderPorts are the ports a leader publishes: the activators' reports
+// (kube.PortNameHTTP) and, when not 0, the pods' pushes
+// (kube.PortNamePush).
+type LeaderPorts struct {
+	Reports, Push int
+}
+
 // PublishLeader makes the autoscaler that holds the lead reachable by the
-// activators: it creates the selector-less Service kube.AutoscalerService
-// in namespace if it is absent (port kube.PortNameHTTP,
-// network.DefaultAutoscalerPort), and creates or updates its one
-// EndpointSlice so that it lists exactly podIP:port, pointing at the pod
-// podName. Calling it again with the same arguments writes nothing.
-func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, port int) error {
-	return PublishBucketLeader(ctx, client, namespace, podName, podIP, port, 0, 1)
+// activators and the pods: it creates the selector-less Service
+// kube.AutoscalerService in namespace if it is absent (ports
+// kube.PortNameHTTP, network.DefaultAutoscalerPort, and kube.PortNamePush,
+// network.DefaultAutoscalerPushPort), and creates or updates its one
+// EndpointSlice so that it lists exactly podIP at ports, pointing at the
+// pod podName. Calling it again with the same arguments writes nothing.
+func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, ports LeaderPorts) error {
+	return PublishBucketLeader(ctx, client, namespace, podName, podIP, ports, 0, 1)
 }
 
 // PublishBucketLeader is PublishLeader for the leader of bucket b of n
@@ -36,7 +44,7 @@ func PublishLeader(ctx context.Context, client kubernetes.Interface, namespace, 
 // kube.BucketSliceName(b, n), labelled with the bucket and their number,
 // and the slices left by another number of buckets are deleted. With one
 // bucket it is PublishLeader.
-func PublishBucketLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, port, b, n int) error {
+func PublishBucketLeader(ctx context.Context, client kubernetes.Interface, namespace, podName, podIP string, ports LeaderPorts, b, n int) error {
 	ip, err := netip.ParseAddr(podIP)
 	switch {
 	case namespace == "":
@@ -45,8 +53,10 @@ func PublishBucketLeader(ctx context.Context, client kubernetes.Interface, names
 		return errors.New("publish leader: no pod name")
 	case err != nil:
 		return fmt.Errorf("publish leader: pod IP %q is not an IP address", podIP)
-	case port < 1 || port > 65535:
-		return fmt.Errorf("publish leader: port %d is out of range; accepted: 1 to 65535", port)
+	case ports.Reports < 1 || ports.Reports > 65535:
+		return fmt.Errorf("publish leader: port %d is out of range; accepted: 1 to 65535", ports.Reports)
+	case ports.Push < 0 || ports.Push > 65535:
+		return fmt.Errorf("publish leader: push port %d is out of range; accepted: 1 to 65535, or 0 for none", ports.Push)
 	}
 	svc, err := ensureAutoscalerService(ctx, client, namespace)
 	if err != nil {
@@ -55,7 +65,7 @@ func PublishBucketLeader(ctx context.Context, client kubernetes.Interface, names
 	if b < 0 || b >= n {
 		return fmt.Errorf("publish leader: bucket %d of %d", b, n)
 	}
-	if err := ensureLeaderSlice(ctx, client, svc, podName, ip.Unmap(), int32(port), b, n); err != nil {
+	if err := ensureLeaderSlice(ctx, client, svc, podName, ip.Unmap(), ports, b, n); err != nil {
 		return fmt.Errorf("publish leader: %w", err)
 	}
 	if err := deleteOtherBuckets(ctx, client, namespace, n); err != nil {
@@ -114,6 +124,11 @@ func ensureAutoscalerService(ctx context.Context, client kubernetes.Interface, n
 				Protocol:   corev1.ProtocolTCP,
 				Port:       network.DefaultAutoscalerPort,
 				TargetPort: intstr.FromString(kube.PortNameHTTP),
+			}, {
+				Name:       kube.PortNamePush,
+				Protocol:   corev1.ProtocolTCP,
+				Port:       network.DefaultAutoscalerPushPort,
+				TargetPort: intstr.FromString(kube.PortNamePush),
 			}},
 		},
 	}
@@ -129,7 +144,7 @@ func ensureAutoscalerService(ctx context.Context, client kubernetes.Interface, n
 
 // ensureLeaderSlice creates or updates the Service's EndpointSlice so it
 // lists exactly the leader.
-func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Service, podName string, ip netip.Addr, port int32, b, n int) error {
+func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *corev1.Service, podName string, ip netip.Addr, ports LeaderPorts, b, n int) error {
 	sliceName := kube.BucketSliceName(b, n)
 	addressType := discoveryv1.AddressTypeIPv4
 	if ip.Is6() {
@@ -155,8 +170,15 @@ func ensureLeaderSlice(ctx context.Context, client kubernetes.Interface, svc *co
 		Ports: []discoveryv1.EndpointPort{{
 			Name:     new(kube.PortNameHTTP),
 			Protocol: new(corev1.ProtocolTCP),
-			Port:     &port,
+			Port:     new(int32(ports.Reports)),
 		}},
+	}
+	if ports.Push > 0 {
+		want.Ports = append(want.Ports, discoveryv1.EndpointPort{
+			Name:     new(kube.PortNamePush),
+			Protocol: new(corev1.ProtocolTCP),
+			Port:     new(int32(ports.Push)),
+		})
 	}
 	if svc.UID != "" {
 		// Deleting the Service deletes its slice.

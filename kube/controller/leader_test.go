@@ -15,7 +15,7 @@ import (
 func TestPublishLeader(t *testing.T) {
 	ctx := t.Context()
 	cs := fake.NewClientset()
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080, Push: 8081}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -26,8 +26,10 @@ func TestPublishLeader(t *testing.T) {
 	if svc.Spec.Selector != nil {
 		t.Errorf("Service selector %v, want none", svc.Spec.Selector)
 	}
-	if p := svc.Spec.Ports; len(p) != 1 || p[0].Name != kube.PortNameHTTP || p[0].Port != network.DefaultAutoscalerPort {
-		t.Errorf("Service ports %+v, want %s %d", p, kube.PortNameHTTP, network.DefaultAutoscalerPort)
+	if p := svc.Spec.Ports; len(p) != 2 || p[0].Name != kube.PortNameHTTP || p[0].Port != network.DefaultAutoscalerPort ||
+		p[1].Name != kube.PortNamePush || p[1].Port != network.DefaultAutoscalerPushPort {
+		t.Errorf("Service ports %+v, want %s %d and %s %d", p, kube.PortNameHTTP, network.DefaultAutoscalerPort,
+			kube.PortNamePush, network.DefaultAutoscalerPushPort)
 	}
 
 	check := func(ip, pod string) {
@@ -51,16 +53,16 @@ func TestPublishLeader(t *testing.T) {
 			e.TargetRef.Name != pod || e.Conditions.Ready == nil || !*e.Conditions.Ready {
 			t.Errorf("endpoint %+v (target %+v), want %s of pod %s, ready", e, e.TargetRef, ip, pod)
 		}
-		if len(s.Ports) != 1 || *s.Ports[0].Name != kube.PortNameHTTP || *s.Ports[0].Port != 8080 ||
-			*s.Ports[0].Protocol != corev1.ProtocolTCP {
-			t.Errorf("ports %+v", s.Ports)
+		if len(s.Ports) != 2 || *s.Ports[0].Name != kube.PortNameHTTP || *s.Ports[0].Port != 8080 ||
+			*s.Ports[0].Protocol != corev1.ProtocolTCP || *s.Ports[1].Name != kube.PortNamePush || *s.Ports[1].Port != 8081 {
+			t.Errorf("ports %+v, want http 8080 and push 8081", s.Ports)
 		}
 	}
 	check("10.0.0.5", "autoscaler-0")
 
 	// The same leader again: nothing written.
 	cs.ClearActions()
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080, Push: 8081}); err != nil {
 		t.Fatal(err)
 	}
 	if w := writes(cs); len(w) != 0 {
@@ -69,7 +71,7 @@ func TestPublishLeader(t *testing.T) {
 
 	// A new leader: the slice is updated, the Service left alone.
 	cs.ClearActions()
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-1", "10.0.0.6", 8080); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-1", "10.0.0.6", LeaderPorts{Reports: 8080, Push: 8081}); err != nil {
 		t.Fatal(err)
 	}
 	w := writes(cs)
@@ -86,7 +88,7 @@ func TestPublishLeaderKeepsAnExistingService(t *testing.T) {
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: kube.PortNameHTTP, Port: 8080}}},
 	}
 	cs := fake.NewClientset(existing)
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "fd00::5", 9000); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "fd00::5", LeaderPorts{Reports: 9000}); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range writes(cs) {
@@ -107,7 +109,7 @@ func TestPublishLeaderKeepsAnExistingService(t *testing.T) {
 
 	// The pod moved to IPv4: the slice's immutable address type changes
 	// by recreating it.
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 9000); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 9000}); err != nil {
 		t.Fatal(err)
 	}
 	s, err = cs.DiscoveryV1().EndpointSlices(testSystem).Get(ctx, kube.AutoscalerService, metav1.GetOptions{})
@@ -130,7 +132,7 @@ func TestPublishLeaderRejectsBadInput(t *testing.T) {
 		"bad ip":       {testSystem, "p", "10.0.0", 8080},
 		"bad port":     {testSystem, "p", "10.0.0.1", 0},
 	} {
-		if err := PublishLeader(t.Context(), cs, args.ns, args.pod, args.ip, args.port); err == nil {
+		if err := PublishLeader(t.Context(), cs, args.ns, args.pod, args.ip, LeaderPorts{Reports: args.port}); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
@@ -142,12 +144,12 @@ func TestPublishLeaderRejectsBadInput(t *testing.T) {
 func TestPublishBucketLeader(t *testing.T) {
 	ctx := t.Context()
 	cs := fake.NewClientset()
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080}); err != nil {
 		t.Fatal(err)
 	}
 	// Sharded into three buckets: bucket 1's leader has its own slice,
 	// labelled, and the single leader's slice goes.
-	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-1", "10.0.0.6", 8080, 1, 3); err != nil {
+	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-1", "10.0.0.6", LeaderPorts{Reports: 8080}, 1, 3); err != nil {
 		t.Fatal(err)
 	}
 	names := func() map[string]map[string]string {
@@ -166,21 +168,21 @@ func TestPublishBucketLeader(t *testing.T) {
 	if len(got) != 1 || !ok || l[kube.LabelBucket] != "1" || l[kube.LabelBuckets] != "3" {
 		t.Fatalf("slices after bucket 1 of 3 was published: %v", got)
 	}
-	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080, 0, 3); err != nil {
+	if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080}, 0, 3); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(); len(got) != 2 {
 		t.Fatalf("slices after buckets 0 and 1 of 3: %v", got)
 	}
 	// Back to one leader: the buckets' slices go.
-	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080); err != nil {
+	if err := PublishLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080}); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(); len(got) != 1 || got[kube.AutoscalerService] == nil {
 		t.Fatalf("slices after a single leader published itself again: %v", got)
 	}
 	for _, bad := range [][2]int{{3, 3}, {-1, 3}} {
-		if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", 8080, bad[0], bad[1]); err == nil {
+		if err := PublishBucketLeader(ctx, cs, testSystem, "autoscaler-0", "10.0.0.5", LeaderPorts{Reports: 8080}, bad[0], bad[1]); err == nil {
 			t.Errorf("bucket %d of %d published", bad[0], bad[1])
 		}
 	}

@@ -286,6 +286,9 @@ type svc struct {
 	npods   int
 	sample  engine.Sample
 	sampled bool
+	// sampleRead and samplePushed are the pods the latest round read, and
+	// how many of those from a push.
+	sampleRead, samplePushed int
 	// The latest decision and what it saw.
 	last    entry
 	decided bool
@@ -295,12 +298,13 @@ type svc struct {
 	next, n int
 }
 
-// roundFigures are a round's figures of a service: its ready pods, their
-// own load (not what the activators sent them), and the activators'.
+// roundFigures are a round's figures of a service: its ready pods, how
+// many were read and how many of those from a push, their own load (not
+// what the activators sent them), and the activators'.
 type roundFigures struct {
-	ready           int
-	podConc, podRPS float64
-	actConc, actRPS float64
+	ready, read, pushed int
+	podConc, podRPS     float64
+	actConc, actRPS     float64
 }
 
 // entry is one kept decision with its inputs.
@@ -804,8 +808,8 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 		if len(sm.Pods) > 0 {
 			s.recordLoads(sm.Pods)
 		}
-		s.round = roundFigures{ready: sm.ReadyPods, podConc: sm.PodConcurrency, podRPS: sm.PodRPS,
-			actConc: sm.ActivatorConcurrency, actRPS: sm.ActivatorRPS}
+		s.round = roundFigures{ready: sm.ReadyPods, read: sm.Scraped, pushed: sm.Pushed,
+			podConc: sm.PodConcurrency, podRPS: sm.PodRPS, actConc: sm.ActivatorConcurrency, actRPS: sm.ActivatorRPS}
 		if s.gaugeKey != 0 && sm.Scraped > 0 {
 			a.gaugeRound(s, sm)
 		}
@@ -1031,6 +1035,7 @@ func (a *Autoscaler) outOne(s *svc, e entry) {
 	}
 	s.last, s.decided = e, true
 	s.sample, s.sampled = s.core.LastSample()
+	s.sampleRead, s.samplePushed = s.round.read, s.round.pushed
 	metric, perPod := s.spec.Metric, s.spec.TargetPerPod()
 	s.mu.Unlock()
 

@@ -743,8 +743,9 @@ func TestSharpPushDecidesAtOnce(t *testing.T) {
 		h.step()
 	}
 	h.settle(k)
-	if ss, _ := h.a.ServiceStatus(k); ss.Scale != 2 || ss.PanicMode {
-		t.Fatalf("steady: %+v, want 2 pods out of panic", ss)
+	if ss, _ := h.a.ServiceStatus(k); ss.Scale != 2 || ss.PanicMode || ss.LastSample == nil ||
+		ss.LastSample.Read != 2 || ss.LastSample.Pushed != 2 {
+		t.Fatalf("steady: %+v (sample %+v), want 2 pods out of panic, both read from their pushes", ss, ss.LastSample)
 	}
 
 	for len(h.notables) > 0 {

@@ -26,6 +26,9 @@ type Status struct {
 	TickInterval string `json:"tickInterval"`
 	// Activators are the names of the activators connected now.
 	Activators []string `json:"activators"`
+	// PodsPushing is how many pods have a push connection open to this
+	// replica now.
+	PodsPushing int `json:"podsPushing"`
 	// Services are sorted by namespace, then name.
 	Services []ServiceStatus `json:"services"`
 }
@@ -60,6 +63,10 @@ type SampleStatus struct {
 	Time        time.Time `json:"time"`
 	Concurrency float64   `json:"concurrency"`
 	RPS         float64   `json:"rps"`
+	// Read is how many pods the latest round read, and Pushed how many
+	// of those it read from what the pod pushed rather than by a scrape.
+	Read   int `json:"read"`
+	Pushed int `json:"pushed"`
 }
 
 // DecisionStatus is one decision with its inputs.
@@ -105,6 +112,9 @@ func (a *Autoscaler) Status() Status {
 	if a.endpoint != nil {
 		st.Activators = a.endpoint.Connected()
 	}
+	if a.podEndpoint != nil {
+		st.PodsPushing = a.podEndpoint.Pushing()
+	}
 	for _, s := range list {
 		st.Services = append(st.Services, a.serviceStatus(s))
 	}
@@ -142,7 +152,8 @@ func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
 	}
 	if s.sampled {
 		ls := s.sample
-		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: finite(ls.Concurrency), RPS: finite(ls.RPS)}
+		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: finite(ls.Concurrency), RPS: finite(ls.RPS),
+			Read: s.sampleRead, Pushed: s.samplePushed}
 	}
 	s.mu.Unlock()
 	return ss

@@ -21,6 +21,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -40,6 +41,7 @@ import (
 	"github.com/swell-run/swell/local/dashboard"
 	"github.com/swell-run/swell/local/replica"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/stats"
 	"github.com/swell-run/swell/queueproxy"
 )
@@ -109,6 +111,9 @@ type Server struct {
 	events *events
 	reg    *prometheus.Registry
 	addr   string
+	// pushURL is where the replicas' queue-proxies push their stats: the
+	// admin port, on loopback.
+	pushURL string
 }
 
 // Run runs the services until ctx ends, then stops: the front door stops
@@ -158,12 +163,13 @@ func Run(ctx context.Context, opts Config) (err error) {
 	stopCtx, stopKill := context.WithCancel(context.Background())
 	defer stopKill()
 	s := &Server{
-		opts:   opts,
-		log:    opts.Log,
-		events: &events{out: opts.Output, by: make(map[string][]Event)},
-		dash:   dashboard.New(0),
-		reg:    prometheus.NewRegistry(),
-		addr:   front.Addr().String(),
+		opts:    opts,
+		log:     opts.Log,
+		events:  &events{out: opts.Output, by: make(map[string][]Event)},
+		dash:    dashboard.New(0),
+		reg:     prometheus.NewRegistry(),
+		addr:    front.Addr().String(),
+		pushURL: "ws://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(admin.Addr().(*net.TCPAddr).Port)) + network.PodPushPath,
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.b = newBackend(stopCtx, opts.Log.Named("backend"), opts.File.Services)
@@ -226,8 +232,10 @@ func Run(ctx context.Context, opts Config) (err error) {
 		Backend:      s.b,
 		Scaler:       scaler.Config{OnEvent: s.scaleEvent},
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
-		Registerer:   s.reg,
-		OnNotable:    s.notable,
+		// The replicas' queue-proxies push their stats, as on a cluster.
+		Pods:       collector.PodEndpointConfig{Resolver: localPods{s.b}},
+		Registerer: s.reg,
+		OnNotable:  s.notable,
 		OnGaugeProblem: func(p autoscaler.GaugeProblem) {
 			if p.Problem == stats.GaugeOK {
 				s.events.add(p.Service.Name, p.Time, "app gauge %s read again", p.Gauge)
@@ -371,6 +379,11 @@ func (s *Server) startReplica(ls *localService, index int) (*replica.Replica, er
 		// Replicas are reached over loopback only, whatever --address
 		// says: the front door is the one way in.
 		"QUEUE_LISTEN_ADDRESS=127.0.0.1",
+		// Its stats are pushed to the autoscaler, which takes them as the
+		// replica whose metrics port they name.
+		"AUTOSCALER_PUSH_URL=" + s.pushURL,
+		"SERVICE=" + ls.key.String(),
+		"POD_IP=127.0.0.1",
 	}
 	if c.QueueDepth > 0 {
 		qenv = append(qenv, "QUEUE_DEPTH="+strconv.Itoa(c.QueueDepth))
@@ -393,6 +406,28 @@ func (s *Server) startReplica(ls *localService, index int) (*replica.Replica, er
 		KillAfter:    s.opts.KillAfter,
 		OnChange:     func() { s.changed(ls) },
 	})
+}
+
+// localPods is the push endpoint's collector.PodResolver in swell local:
+// every replica's queue-proxy connects from loopback, so a connection is
+// the replica it claims to be if it comes from loopback and a ready
+// replica of the service has that metrics address.
+type localPods struct{ b *backend }
+
+func (p localPods) PodAddr(svc service.Key, remote netip.AddrPort, claimed string) (string, bool) {
+	if !remote.Addr().Unmap().IsLoopback() {
+		return "", false
+	}
+	ls, err := p.b.lookup(svc)
+	if err != nil {
+		return "", false
+	}
+	for _, r := range ls.snapshot() {
+		if r.Ready() && r.MetricsAddr() == claimed {
+			return claimed, true
+		}
+	}
+	return "", false
 }
 
 // changed tells everyone who follows the service's replicas: the front
@@ -457,6 +492,7 @@ func (s *Server) adminHandler() http.Handler {
 	as := s.as.Handler()
 	mux.Handle(network.ActivatorReportPath, as)
 	mux.Handle(network.AutoscalerStatusPath, as)
+	mux.Handle(network.PodPushPath, as)
 	mux.HandleFunc(StatusPath, s.serveStatus)
 	mux.Handle(network.MetricsPath, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", s.dash.Handler())

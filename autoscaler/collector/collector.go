@@ -69,8 +69,9 @@ type Sample struct {
 	// Sources says which sources contributed.
 	Sources Sources
 	// ReadyPods is N; Sampled how many pods were scraped; Scraped how many
-	// of those answered with a report.
-	ReadyPods, Sampled, Scraped int
+	// of those answered with a report; Pushed how many of those were read
+	// from the pod's fresh push rather than scraped.
+	ReadyPods, Sampled, Scraped, Pushed int
 	// Activators is how many activators had current figures.
 	Activators int
 	// ActivatorPending is the number of the service's requests in flight or
@@ -668,6 +669,9 @@ func (c *Collector) combine(sec time.Time) {
 			if j.ok {
 				c.podLoad = append(c.podLoad, PodLoad{Addr: j.pod.addr, Concurrency: j.concurrency + j.proxiedConcurrency})
 				s.Scraped++
+				if j.pushed {
+					s.Pushed++
+				}
 				conc += j.concurrency
 				rps += j.rps
 				pconc += j.proxiedConcurrency

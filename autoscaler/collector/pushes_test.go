@@ -34,7 +34,7 @@ func TestPushedPodsAreNotScraped(t *testing.T) {
 	if n := r.counter(t, "swell_autoscaler_pushed_reads_total", ""); n != 1 {
 		t.Fatalf("%v pushed reads counted, want 1", n)
 	}
-	if s.Scraped != 2 || s.Sampled != 2 || !near(s.PodConcurrency, 3+2) || !near(s.PodProxiedConcurrency, 2+1) ||
+	if s.Scraped != 2 || s.Sampled != 2 || s.Pushed != 1 || !near(s.PodConcurrency, 3+2) || !near(s.PodProxiedConcurrency, 2+1) ||
 		!near(s.PodRPS, 30+20) || !near(s.PodProxiedRPS, 20+10) {
 		t.Fatalf("sample %+v: want a's push and b's scrape", s)
 	}

@@ -1,10 +1,14 @@
 package queueproxy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/swell-run/swell/pkg/logging"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/series"
+	"github.com/swell-run/swell/pkg/service"
 )
 
 // AutoQueueDepth as Config.QueueDepth means ten times ContainerConcurrency.
@@ -77,6 +82,18 @@ type Config struct {
 	GaugeSelector string
 	GaugePort     int
 	GaugePath     string
+
+	// PushURL, when set, is the autoscaler's push endpoint
+	// (network.PodPushPath, a ws:// URL): the queue-proxy pushes each
+	// report there as well as serving it at network.StatsPath. Empty
+	// pushes nothing, and the autoscaler scrapes.
+	PushURL string
+	// Service is the pod's service as "namespace/name" (service.Parse);
+	// required with PushURL.
+	Service string
+	// PodIP is the pod's IP. The stats address a push claims is
+	// PodIP:MetricsPort, 127.0.0.1:MetricsPort when it is empty.
+	PodIP string
 
 	// EnableProfiling serves Go's pprof handlers under /debug/pprof/ on the
 	// metrics port.
@@ -184,6 +201,13 @@ func bind(cfg *Config) (*envflag.Set, *envflag.Setting) {
 		"port of the app's metrics endpoint on 127.0.0.1; 0 = USER_PORT", gaugePort)
 	envflag.Var(s, &cfg.GaugePath, "gauge-path", "GAUGE_PATH", cfg.GaugePath,
 		"path of the app's metrics endpoint", gaugePath)
+	envflag.Var(s, &cfg.PushURL, "autoscaler-push-url", "AUTOSCALER_PUSH_URL", "",
+		`the autoscaler's endpoint to push the stats to, such as ws://autoscaler.swell-system.svc:8081/pods; "" = push nothing (the autoscaler scrapes `+network.StatsPath+`)`, pushURL)
+	envflag.Var(s, &cfg.Service, "service", "SERVICE", "",
+		"the pod's service as namespace/name; required with AUTOSCALER_PUSH_URL", serviceKey)
+	envflag.Var(s, &cfg.PodIP, "pod-ip", "POD_IP", "",
+		"the pod's IP: pushes name the pod's stats address as POD_IP:QUEUE_METRICS_PORT", podIP).
+		DefaultText("127.0.0.1")
 	envflag.Var(s, &cfg.EnableProfiling, "enable-profiling", "ENABLE_PROFILING", false,
 		"serve Go's pprof profiles under /debug/pprof/ on the metrics port", envflag.Bool)
 	envflag.Var(s, &cfg.LogLevel, "log-level", "LOG_LEVEL", cfg.LogLevel,
@@ -230,6 +254,50 @@ func gaugeSelector(s string) (string, error) {
 		return "", err
 	}
 	return sel.String(), nil
+}
+
+// pushURLAccepted says what AUTOSCALER_PUSH_URL accepts.
+const pushURLAccepted = `must be a ws:// URL with a host and a path, such as ws://autoscaler.swell-system.svc:8081/pods, or "" to push nothing`
+
+func pushURL(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	return s, CheckPushURL(s)
+}
+
+// CheckPushURL says whether s is an AUTOSCALER_PUSH_URL the queue-proxy
+// takes: a plain websocket URL (the autoscaler's push port speaks no
+// TLS) with a host and a path. The error says what is accepted.
+func CheckPushURL(s string) error {
+	if u, err := url.Parse(s); err != nil || u.Scheme != "ws" || u.Host == "" || u.Path == "" {
+		return errors.New(pushURLAccepted)
+	}
+	return nil
+}
+
+func serviceKey(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	if _, err := service.Parse(s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// podIPAccepted says what POD_IP accepts.
+const podIPAccepted = `must be an IP address such as 10.1.2.3 or fd00::3, or "" for 127.0.0.1`
+
+func podIP(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", nil
+	}
+	if _, err := netip.ParseAddr(s); err != nil {
+		return "", errors.New(podIPAccepted)
+	}
+	return s, nil
 }
 
 func probePath(s string) (string, error) {
@@ -333,7 +401,37 @@ func (c Config) Validate() error {
 	if c.ProbeFailureThreshold < 1 {
 		bad("invalid USER_PROBE_FAILURE_THRESHOLD %d: must be an integer ≥ 1", c.ProbeFailureThreshold)
 	}
+	if c.PushURL != "" {
+		if err := CheckPushURL(c.PushURL); err != nil {
+			bad("invalid AUTOSCALER_PUSH_URL %q: %v", c.PushURL, err)
+		}
+	}
+	if c.Service != "" {
+		if _, err := service.Parse(c.Service); err != nil {
+			bad("invalid SERVICE %q: %v", c.Service, err)
+		}
+	} else if c.PushURL != "" {
+		// The autoscaler takes a push only as a pod of a named service.
+		bad("AUTOSCALER_PUSH_URL is set but SERVICE is not: set SERVICE to the pod's service as namespace/name, or unset AUTOSCALER_PUSH_URL")
+	}
+	if c.PodIP != "" {
+		if _, err := netip.ParseAddr(c.PodIP); err != nil {
+			bad("invalid POD_IP %q: %s", c.PodIP, podIPAccepted)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// pushTarget is the URL the pusher dials: PushURL with the pod's service
+// and stats address added to its query. Call it only on a valid Config
+// with a PushURL.
+func (c Config) pushTarget() string {
+	u, _ := url.Parse(c.PushURL)
+	q := u.Query()
+	q.Set(network.PodPushService, c.Service)
+	q.Set(network.PodPushAddr, net.JoinHostPort(cmp.Or(c.PodIP, "127.0.0.1"), strconv.Itoa(c.MetricsPort)))
+	u.RawQuery = q.Encode()
+	return u.String()
 }
 
 // queueDepth resolves AutoQueueDepth.

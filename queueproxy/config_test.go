@@ -90,6 +90,12 @@ func TestParseConfigErrors(t *testing.T) {
 		{env: map[string]string{"GAUGE": "1abc"}, want: `invalid GAUGE "1abc": selector "1abc": metric name "1abc" does not start with a letter, _ or :; accepted is a metric name, optionally with exact label matches in braces, such as vllm:num_requests_waiting or vllm:num_requests_waiting{model_name="llama"}`},
 		{env: map[string]string{"GAUGE": "waiting", "GAUGE_PATH": "metrics"}, want: `invalid GAUGE_PATH "metrics": must be an absolute path such as /metrics`},
 		{env: map[string]string{"GAUGE_PORT": "-1"}, want: `invalid GAUGE_PORT "-1": must be a port number from 1 to 65535, or 0 for USER_PORT`},
+		{env: map[string]string{"AUTOSCALER_PUSH_URL": "wss://autoscaler/pods", "SERVICE": "ns/web"}, want: `invalid AUTOSCALER_PUSH_URL "wss://autoscaler/pods": must be a ws:// URL with a host and a path, such as ws://autoscaler.swell-system.svc:8081/pods, or "" to push nothing`},
+		{env: map[string]string{"AUTOSCALER_PUSH_URL": "ws://autoscaler:8081", "SERVICE": "ns/web"}, want: `invalid AUTOSCALER_PUSH_URL "ws://autoscaler:8081": must be a ws:// URL with a host and a path, such as ws://autoscaler.swell-system.svc:8081/pods, or "" to push nothing`},
+		{env: map[string]string{"AUTOSCALER_PUSH_URL": "ws:///pods", "SERVICE": "ns/web"}, want: `invalid AUTOSCALER_PUSH_URL "ws:///pods": must be a ws:// URL with a host and a path, such as ws://autoscaler.swell-system.svc:8081/pods, or "" to push nothing`},
+		{env: map[string]string{"AUTOSCALER_PUSH_URL": "ws://autoscaler:8081/pods"}, want: `AUTOSCALER_PUSH_URL is set but SERVICE is not: set SERVICE to the pod's service as namespace/name, or unset AUTOSCALER_PUSH_URL`},
+		{env: map[string]string{"SERVICE": "web"}, want: `invalid SERVICE "web": service key "web": no '/'; accepted: namespace/name, each 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit`},
+		{env: map[string]string{"POD_IP": "pod"}, want: `invalid POD_IP "pod": must be an IP address such as 10.1.2.3 or fd00::3, or "" for 127.0.0.1`},
 		{env: map[string]string{"LOG_LEVEL": "verbose"}, want: `invalid LOG_LEVEL "verbose": must be one of debug, info, warn, error`},
 		{env: map[string]string{"LOG_FORMAT": "text"}, want: `invalid LOG_FORMAT "text": must be one of auto, json, console`},
 		{args: []string{"--bogus"}, want: `flag provided but not defined: -bogus (run with --help to list the settings)`},
@@ -137,7 +143,7 @@ func TestParseConfigHelp(t *testing.T) {
 	}
 	var b strings.Builder
 	PrintUsage(&b)
-	for _, name := range []string{"QUEUE_SERVING_PORT", "--container-concurrency", "10×CONTAINER_CONCURRENCY", "DRAIN_QUIET_PERIOD"} {
+	for _, name := range []string{"QUEUE_SERVING_PORT", "--container-concurrency", "10×CONTAINER_CONCURRENCY", "DRAIN_QUIET_PERIOD", "AUTOSCALER_PUSH_URL", "--pod-ip"} {
 		if !strings.Contains(b.String(), name) {
 			t.Errorf("usage lacks %s", name)
 		}
@@ -150,6 +156,48 @@ func TestValidateProgrammatic(t *testing.T) {
 	cfg.QueueDepth = -5
 	err := cfg.Validate()
 	want := "invalid CONTAINER_CONCURRENCY -1: must be an integer ≥ 0\ninvalid QUEUE_DEPTH -5: must be an integer ≥ 0"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+}
+
+// TestParseConfigPush: the push settings, and the URL the pusher dials
+// from them: the pod's service and stats address in the query.
+func TestParseConfigPush(t *testing.T) {
+	env := map[string]string{
+		"AUTOSCALER_PUSH_URL": "ws://autoscaler.swell-system.svc:8081/pods",
+		"SERVICE":             "ns/web",
+		"QUEUE_METRICS_PORT":  "9191",
+	}
+	for _, tc := range []struct {
+		podIP, want string
+	}{
+		{"", "ws://autoscaler.swell-system.svc:8081/pods?addr=127.0.0.1%3A9191&service=ns%2Fweb"},
+		{"10.1.2.3", "ws://autoscaler.swell-system.svc:8081/pods?addr=10.1.2.3%3A9191&service=ns%2Fweb"},
+		{"fd00::3", "ws://autoscaler.swell-system.svc:8081/pods?addr=%5Bfd00%3A%3A3%5D%3A9191&service=ns%2Fweb"},
+	} {
+		env["POD_IP"] = tc.podIP
+		cfg, err := ParseConfig(nil, envMap(env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.PushURL != env["AUTOSCALER_PUSH_URL"] || cfg.Service != "ns/web" || cfg.PodIP != tc.podIP {
+			t.Errorf("POD_IP %q: push URL %q, service %q, pod IP %q", tc.podIP, cfg.PushURL, cfg.Service, cfg.PodIP)
+		}
+		if got := cfg.pushTarget(); got != tc.want {
+			t.Errorf("POD_IP %q: dials %s, want %s", tc.podIP, got, tc.want)
+		}
+	}
+}
+
+func TestValidatePush(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PushURL = "http://autoscaler/pods"
+	cfg.PodIP = "localhost"
+	err := cfg.Validate()
+	want := `invalid AUTOSCALER_PUSH_URL "http://autoscaler/pods": must be a ws:// URL with a host and a path, such as ws://autoscaler.swell-system.svc:8081/pods, or "" to push nothing
+AUTOSCALER_PUSH_URL is set but SERVICE is not: set SERVICE to the pod's service as namespace/name, or unset AUTOSCALER_PUSH_URL
+invalid POD_IP "localhost": must be an IP address such as 10.1.2.3 or fd00::3, or "" for 127.0.0.1`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}

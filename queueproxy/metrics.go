@@ -31,6 +31,23 @@ var rejectReasons = [...]string{
 	network.ReasonAppUnreachable,
 }
 
+// pushDialResults are the values of the push dials' result label, indexed
+// by the dial* constants.
+var pushDialResults = [...]string{"connected", "redirected", "refused", "failed"}
+
+// The results of one handshake with the autoscaler's push endpoint.
+const (
+	// dialConnected: the websocket is open.
+	dialConnected = iota
+	// dialRedirected: another replica leads the service (307).
+	dialRedirected
+	// dialRefused: any other answer, such as 503 while no replica leads
+	// the service or 403 while the pod is not ready.
+	dialRefused
+	// dialFailed: no answer (no connection, a timeout).
+	dialFailed
+)
+
 // metrics holds the queue-proxy's Prometheus metrics, in a registry of its
 // own so that nothing else in the process can add to or collide with them.
 // Every per-request series is resolved once here; the request path only
@@ -50,6 +67,12 @@ type metrics struct {
 	// gauge reads that failed, by problem.
 	appCPU, appMemory, appGauge prometheus.Gauge
 	gaugeFailures               [stats.NumGaugeProblems]prometheus.Counter
+	// The push to the autoscaler (pusher), registered only when it
+	// pushes: whether a connection is open, the reports sent, and the
+	// handshakes by result.
+	pushConnected prometheus.Gauge
+	pushFrames    prometheus.Counter
+	pushDials     [len(pushDialResults)]prometheus.Counter
 	// upgraded counts the upgraded connections (websockets) open now:
 	// in flight for the stats and the drain, but holding no admission slot.
 	upgraded atomic.Int64
@@ -136,6 +159,26 @@ func (m *metrics) registerApp(usage, gauge bool) {
 		}
 		m.registry.MustRegister(m.appGauge, failures)
 	}
+}
+
+// registerPush adds the push's figures to the registry.
+func (m *metrics) registerPush() {
+	m.pushConnected = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "swell_queue_push_connected",
+		Help: "1 while the connection that pushes the stats to the autoscaler is open, else 0.",
+	})
+	m.pushFrames = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "swell_queue_push_frames_total",
+		Help: "Stats reports pushed to the autoscaler.",
+	})
+	dials := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "swell_queue_push_dials_total",
+		Help: "Handshakes with the autoscaler's push endpoint, by result: connected, redirected (to the replica that leads the service), refused (any other answer), failed (no answer).",
+	}, []string{"result"})
+	for i, r := range pushDialResults {
+		m.pushDials[i] = dials.WithLabelValues(r)
+	}
+	m.registry.MustRegister(m.pushConnected, m.pushFrames, dials)
 }
 
 // handler serves the registry in the Prometheus exposition format.

@@ -63,6 +63,10 @@ type QueueProxy struct {
 	reporter *reporter
 	meter    *appMeter // nil: the app itself is not measured
 	metrics  *metrics
+	// pusher and watch push the reports to the autoscaler; nil when
+	// nothing is pushed (no PushURL).
+	pusher *pusher
+	watch  *loadWatch
 
 	handler                    http.Handler
 	upstream                   http.RoundTripper // to the app
@@ -116,6 +120,11 @@ func New(cfg Config) (*QueueProxy, error) {
 		q.metrics.registerApp(meter.usage != nil, meter.gauge != nil)
 		q.reporter.meter = meter
 	}
+	if cfg.PushURL != "" {
+		q.metrics.registerPush()
+		q.watch = newLoadWatch(cfg.ContainerConcurrency)
+		q.pusher = newPusher(cfg.pushTarget(), cfg.Service, q.reporter, q.watch, clk, log.Named("push"), q.metrics)
+	}
 
 	q.handler = q.buildHandler()
 	q.serving = q.newServer(q.handler)
@@ -165,9 +174,10 @@ func (q *QueueProxy) buildHandler() http.Handler {
 		q.drainer.Handler,
 		// Prometheus sees every final status, the 503s and 504s below included.
 		func(next http.Handler) http.Handler { return &counting{next: next, metrics: q.metrics} },
-		// The autoscaler's load: time in the queue counts.
+		// The autoscaler's load: time in the queue counts. A sharp change
+		// is pushed at once.
 		func(next http.Handler) http.Handler {
-			return &accounting{next: next, tracker: q.tracker, clock: q.clock}
+			return &accounting{next: next, tracker: q.tracker, clock: q.clock, watch: q.watch}
 		},
 		// Timeouts cover the wait in the queue too (absent when all are 0).
 		bounded,
@@ -266,11 +276,11 @@ func (q *QueueProxy) Run(ctx context.Context) error {
 }
 
 // Serve serves the serving, admin and metrics ports on the given listeners
-// and runs the prober and the stats reporter. It returns nil once a drain
-// has ended and the servers have shut down: in-flight requests may finish,
-// for at most RequestTimeout (without one, for as long as they take). It
-// returns an error at once if a server fails, and ctx.Err() after closing
-// everything at once if ctx ends first.
+// and runs the prober, the stats reporter and, with a PushURL, the pusher.
+// It returns nil once a drain has ended and the servers have shut down:
+// in-flight requests may finish, for at most RequestTimeout (without one,
+// for as long as they take). It returns an error at once if a server
+// fails, and ctx.Err() after closing everything at once if ctx ends first.
 func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -288,6 +298,10 @@ func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.List
 		meterTicker := q.clock.NewTicker(ReportingPeriod)
 		wg.Go(func() { q.meter.run(ctx, meterTicker) })
 	}
+	if q.pusher != nil {
+		// It closes its connection normally when Serve returns.
+		wg.Go(func() { q.pusher.run(ctx) })
+	}
 
 	servers := []*http.Server{q.serving, q.admin, q.metricsSrv}
 	errc := make(chan error, len(servers))
@@ -302,7 +316,8 @@ func (q *QueueProxy) Serve(ctx context.Context, serving, admin, metrics net.List
 	q.log.Info("queue-proxy started",
 		zap.Stringer("serving", serving.Addr()), zap.Stringer("admin", admin.Addr()),
 		zap.Stringer("metrics", metrics.Addr()), zap.Int("userPort", q.cfg.UserPort),
-		zap.Int("containerConcurrency", q.cfg.ContainerConcurrency), zap.Int("queueDepth", q.cfg.queueDepth()))
+		zap.Int("containerConcurrency", q.cfg.ContainerConcurrency), zap.Int("queueDepth", q.cfg.queueDepth()),
+		zap.String("pushURL", q.cfg.PushURL), zap.String("service", q.cfg.Service))
 
 	closeAll := func() {
 		for _, s := range servers {

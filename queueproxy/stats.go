@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 )
 
 // ReportingPeriod is how often the queue-proxy closes a stats period; the
-// autoscaler scrapes at this pace.
+// autoscaler scrapes, or the queue-proxy pushes, at this pace.
 const ReportingPeriod = time.Second
 
 // accounting counts every request it passes to next in the tracker for as
@@ -26,20 +27,25 @@ type accounting struct {
 	next    http.Handler
 	tracker *stats.Tracker
 	clock   clock.PassiveClock
+	// watch, when set (the queue-proxy pushes), counts the requests too,
+	// to push at once when the load changes sharply.
+	watch *loadWatch
 }
 
 func (a *accounting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !network.IsFromActivator(r) {
 		a.tracker.Start(a.clock.Now(), false)
 		defer func() { a.tracker.End(a.clock.Now(), false) }()
-		a.next.ServeHTTP(w, r)
-		return
-	}
-	key := activatorKey(r)
-	if a.tracker.StartFrom(a.clock.Now(), key) {
+	} else if key := activatorKey(r); a.tracker.StartFrom(a.clock.Now(), key) {
 		defer func() { a.tracker.EndFrom(a.clock.Now(), key) }()
 	} else {
 		defer func() { a.tracker.End(a.clock.Now(), true) }()
+	}
+	// After the tracker, so that the report a sharp change pushes counts
+	// the request that made it.
+	if a.watch != nil {
+		a.watch.start()
+		defer a.watch.end()
 	}
 	a.next.ServeHTTP(w, r)
 }
@@ -66,7 +72,12 @@ type reporter struct {
 	start   time.Time
 	// meter, when set, measures the app; each report carries its latest.
 	meter *appMeter
+	// outbox, when set (the queue-proxy pushes), gets every report closed.
+	outbox *mailbox
 
+	// mu serialises report: the pusher closes periods too, on a sharp
+	// change, and latest must never go back to an older report.
+	mu     sync.Mutex
 	latest atomic.Pointer[snapshot]
 }
 
@@ -94,17 +105,37 @@ func newReporter(t *stats.Tracker, clk clock.WithTicker, start time.Time) *repor
 	return s
 }
 
-// report closes the current period at now.
+// report closes the current period at now. It never waits for the
+// network: the outbox keeps only the newest report.
 func (s *reporter) report(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reportLocked(now)
+}
+
+// reportNow closes the current period at the clock's now, read under the
+// lock, so that the ticker's periods and the pusher's follow each other
+// without one of length zero.
+func (s *reporter) reportNow() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reportLocked(s.clock.Now())
+}
+
+func (s *reporter) reportLocked(now time.Time) {
 	rep := s.tracker.Report(now)
 	rep.Uptime = now.Sub(s.start)
 	rep.App = s.meter.current()
-	s.latest.Store(newSnapshot(rep))
+	snap := newSnapshot(rep)
+	s.latest.Store(snap)
+	if s.outbox != nil {
+		s.outbox.put(snap)
+	}
 }
 
 // run reports on every tick of ticker until ctx ends.
 func (s *reporter) run(ctx context.Context, ticker clock.Ticker) {
-	onTicks(ctx, ticker, func() { s.report(s.clock.Now()) })
+	onTicks(ctx, ticker, s.reportNow)
 }
 
 // onTicks calls f on every tick of ticker until ctx ends, then stops the

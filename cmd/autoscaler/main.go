@@ -262,7 +262,10 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 	hooks, err := webhook.New(webhook.Config{
-		Inject:   inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()},
+		Inject: inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults(),
+			// The queue-proxies push their stats to the autoscaler's
+			// Service in this namespace.
+			PushURL: inject.PushURL(cfg.Namespace)},
 		Defaults: store.Current,
 		Logger:   log.Named("webhook"),
 	})

@@ -34,8 +34,8 @@ func testServers(t *testing.T) (*app, []server) {
 	a := &app{cfg: cfg, log: zap.NewNop(), client: fake.NewClientset()}
 	reg := prometheus.NewRegistry()
 	as, err := autoscaler.New(autoscaler.Config{
-		Backend:    scalertest.NewBackend(),
-		Endpoint:   collector.EndpointConfig{Tokens: []string{"an-activator-token-long-enough"}},
+		Backend:  scalertest.NewBackend(),
+		Endpoint: collector.EndpointConfig{Tokens: []string{"an-activator-token-long-enough"}},
 		Pods: collector.PodEndpointConfig{
 			Resolver: podResolver(func(service.Key, netip.AddrPort, string) (string, bool) { return "", false }),
 			Route:    a.pushRoute,

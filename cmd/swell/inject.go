@@ -17,11 +17,13 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/autoscaling"
+	"github.com/swell-run/swell/queueproxy"
 )
 
-const injectUsage = `Usage: swell inject -f FILE|- [-o FILE] [--image IMAGE]
+const injectUsage = `Usage: swell inject -f FILE|- [-o FILE] [--image IMAGE] [--push-url URL]
 
 Inject the queue-proxy sidecar into the opted-in workloads of Kubernetes
 manifests, offline, as Swell's webhook would: apps/v1 Deployments,
@@ -40,6 +42,8 @@ func runInject(_ context.Context, args []string, s streams) int {
 	file := fs.String("f", "", "manifest `file` to read, - for stdin")
 	output := fs.String("o", "", "`file` to write (default stdout)")
 	image := fs.String("image", inject.DefaultImage, "queue-proxy `image`")
+	pushURL := fs.String("push-url", inject.PushURL(kube.DefaultSystemNamespace),
+		"the autoscaler's push endpoint `URL`, where the queue-proxy pushes its stats; \"\" = none, the autoscaler scrapes them")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(s.stdout, injectUsage)
@@ -57,6 +61,12 @@ func runInject(_ context.Context, args []string, s streams) int {
 		fmt.Fprintln(s.stderr, "swell inject: --image is empty; accepted: a container image reference")
 		return 2
 	}
+	if *pushURL != "" {
+		if err := queueproxy.CheckPushURL(*pushURL); err != nil {
+			fmt.Fprintf(s.stderr, "swell inject: --push-url %q: %v\n", *pushURL, err)
+			return 2
+		}
+	}
 
 	var in []byte
 	var err error
@@ -69,7 +79,7 @@ func runInject(_ context.Context, args []string, s streams) int {
 		fmt.Fprintf(s.stderr, "swell inject: %v\n", err)
 		return 2
 	}
-	cfg := inject.Config{Image: *image, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()}
+	cfg := inject.Config{Image: *image, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults(), PushURL: *pushURL}
 	out, err := injectManifests(in, cfg)
 	if err != nil {
 		fmt.Fprintf(s.stderr, "swell inject: %s: %v\n", *file, err)

@@ -189,6 +189,8 @@ spec:
 			"document 1 (Deployment broken): spec.template", "containerz"}},
 		{[]string{"inject", "-f", writeManifest(t, "bad.json", `{"kind": "List", "items": [1]}`)}, []string{"item 0: not an object"}},
 		{[]string{"inject", "-f", writeManifest(t, "ok.yaml", "a: 1\n"), "--image", ""}, []string{"--image is empty"}},
+		{[]string{"inject", "-f", writeManifest(t, "ok.yaml", "a: 1\n"), "--push-url", "wss://autoscaler/pods"}, []string{
+			`--push-url "wss://autoscaler/pods": must be a ws:// URL`}},
 	}
 	for _, tt := range tests {
 		code, stdout, stderr := swell(t, tt.args...)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,8 @@ import (
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
+	"github.com/swell-run/swell/pkg/service"
+	"github.com/swell-run/swell/queueproxy"
 )
 
 // DefaultImage is the queue-proxy image used when none is given.
@@ -68,6 +71,18 @@ type Config struct {
 	// Defaults are the cluster's autoscaling defaults, against which the
 	// autoscaling annotations are validated.
 	Defaults autoscaling.Defaults
+	// PushURL, when set, is the autoscaler's push endpoint (see PushURL):
+	// the queue-proxy pushes its stats there, as its Deployment's pod.
+	// Empty, it pushes nothing and the autoscaler scrapes it.
+	PushURL string
+}
+
+// PushURL is the push endpoint of the autoscaler installed in
+// systemNamespace: the Service kube.AutoscalerService, which the leader
+// publishes, and which redirects a pod to the replica that leads its
+// service.
+func PushURL(systemNamespace string) string {
+	return fmt.Sprintf("ws://%s.%s.svc:%d%s", kube.AutoscalerService, systemNamespace, network.DefaultAutoscalerPushPort, network.PodPushPath)
 }
 
 // DefaultResources returns the queue-proxy's default resources: requests of
@@ -92,8 +107,9 @@ func Enabled(labels map[string]string) bool {
 }
 
 // Template injects the queue-proxy into tpl, the pod template of a workload
-// whose metadata is workload (only its annotations are read). It does
-// nothing and returns nil unless tpl's labels opt in (Enabled).
+// whose metadata is workload: its annotations, and, when cfg pushes, its
+// name and controller (pushService). It does nothing and returns nil
+// unless tpl's labels opt in (Enabled).
 //
 // Every swell.run/ and autoscaling.swell.run/ annotation is validated and
 // every problem returned, joined with errors.Join. The result is built on a
@@ -106,6 +122,12 @@ func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Confi
 	}
 	if cfg.Image == "" {
 		return errors.New("no queue-proxy image given")
+	}
+	if cfg.PushURL != "" {
+		// The queue-proxy would refuse to start with it.
+		if err := queueproxy.CheckPushURL(cfg.PushURL); err != nil {
+			return fmt.Errorf("queue-proxy push URL %q: %w", cfg.PushURL, err)
+		}
 	}
 	s, err := parseSettings(workload.Annotations, cfg.Defaults)
 	if err != nil {
@@ -163,7 +185,7 @@ func Template(workload metav1.ObjectMeta, tpl *corev1.PodTemplateSpec, cfg Confi
 	seconds := int64(max(grace, need) / time.Second)
 	spec.TerminationGracePeriodSeconds = &seconds
 
-	spec.Containers = append(spec.Containers, queueProxy(cfg, s, userPort, probeEnv, metricsEnv))
+	spec.Containers = append(spec.Containers, queueProxy(cfg, s, userPort, probeEnv, metricsEnv, pushEnv(cfg, workload)))
 	setAnnotation(&out.ObjectMeta, AnnotationInjected, cfg.Image)
 	*tpl = *out
 	return nil
@@ -363,7 +385,53 @@ func drainHook() *corev1.LifecycleHandler {
 	}}
 }
 
-func queueProxy(cfg Config, s settings, userPort int32, probeEnv, metricsEnv []corev1.EnvVar) corev1.Container {
+// pushEnv is the queue-proxy's environment for pushing its stats to
+// cfg.PushURL as a pod of the Deployment pushService names, or nil when
+// it pushes nothing: cfg has no PushURL, or the workload's name cannot be
+// a service's (a dot, more than 63 characters, none yet), which the
+// autoscaler would not scale either.
+//
+// The namespace comes from the downward API, never from workload: a
+// manifest injected offline often has none, and the pod's namespace is
+// its Deployment's. SERVICE refers to it as $(POD_NAMESPACE), which the
+// kubelet expands, so the template reads the same in every namespace and
+// the queue-proxy has one setting for its service.
+func pushEnv(cfg Config, workload metav1.ObjectMeta) []corev1.EnvVar {
+	if cfg.PushURL == "" {
+		return nil
+	}
+	// The namespace is a DNS label, as every namespace is: only the name
+	// needs checking.
+	name := pushService(workload)
+	if _, err := service.New("namespace", name); err != nil {
+		return nil
+	}
+	field := func(path string) *corev1.EnvVarSource {
+		// The API version is the one the API server would default, so that
+		// an injected template, read back, injects to itself.
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
+	}
+	return []corev1.EnvVar{
+		{Name: "AUTOSCALER_PUSH_URL", Value: cfg.PushURL},
+		{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
+		{Name: "SERVICE", Value: "$(POD_NAMESPACE)/" + name},
+		{Name: "POD_IP", ValueFrom: field("status.podIP")},
+	}
+}
+
+// pushService is the name of the Deployment whose pods workload's template
+// makes: workload's own name, or, for a ReplicaSet a Deployment controls,
+// that Deployment's. The webhook injects the ReplicaSets a Deployment
+// creates too; their templates must come out as the Deployment's did, or
+// the Deployment would no longer recognise them as its own.
+func pushService(workload metav1.ObjectMeta) string {
+	if ref := metav1.GetControllerOfNoCopy(&workload); ref != nil && ref.Kind == "Deployment" && strings.HasPrefix(ref.APIVersion, "apps/") {
+		return ref.Name
+	}
+	return workload.Name
+}
+
+func queueProxy(cfg Config, s settings, userPort int32, probeEnv, metricsEnv, pushEnv []corev1.EnvVar) corev1.Container {
 	env := []corev1.EnvVar{
 		{Name: "QUEUE_SERVING_PORT", Value: strconv.Itoa(network.DefaultQueueServingPort)},
 		{Name: "QUEUE_ADMIN_PORT", Value: strconv.Itoa(network.DefaultQueueAdminPort)},
@@ -391,6 +459,7 @@ func queueProxy(cfg Config, s settings, userPort int32, probeEnv, metricsEnv []c
 		corev1.EnvVar{Name: "DRAIN_TIMEOUT", Value: autoscaling.FormatDuration(drainTimeout(s.timeout))},
 	)
 	env = append(env, metricsEnv...)
+	env = append(env, pushEnv...)
 
 	yes, no, uid := true, false, int64(RunAsUser)
 	return corev1.Container{

@@ -30,9 +30,17 @@ func testConfig() Config {
 	return Config{Image: "example/queue-proxy:test", Resources: DefaultResources(), Defaults: autoscaling.DefaultDefaults()}
 }
 
+// pushConfig is testConfig pushing to the autoscaler in swell-system.
+func pushConfig() Config {
+	cfg := testConfig()
+	cfg.PushURL = PushURL(kube.DefaultSystemNamespace)
+	return cfg
+}
+
 // TestGolden injects each testdata/NAME.yaml Deployment and compares the
 // result, or the error, with testdata/NAME.golden.yaml. Injecting the
-// result again must give it back byte for byte.
+// result again must give it back byte for byte. The cases whose NAME
+// starts with push are injected with a push URL (pushConfig).
 func TestGolden(t *testing.T) {
 	inputs, err := filepath.Glob("testdata/*.yaml")
 	if err != nil {
@@ -50,7 +58,11 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, injected := injectDeployment(t, raw)
+			cfg := testConfig()
+			if strings.HasPrefix(name, "push") {
+				cfg = pushConfig()
+			}
+			got, injected := injectDeployment(t, raw, cfg)
 
 			golden := strings.TrimSuffix(in, ".yaml") + ".golden.yaml"
 			if *update {
@@ -68,7 +80,7 @@ func TestGolden(t *testing.T) {
 			if !injected {
 				return
 			}
-			again, _ := injectDeployment(t, got)
+			again, _ := injectDeployment(t, got, cfg)
 			if !bytes.Equal(again, got) {
 				t.Errorf("injecting twice differs from once:\n%s\nonce:\n%s", again, got)
 			}
@@ -81,7 +93,7 @@ func TestGolden(t *testing.T) {
 
 // injectDeployment injects a Deployment in YAML and returns it as YAML, or
 // "error:" and the error's lines, and whether it injected without error.
-func injectDeployment(t *testing.T, raw []byte) ([]byte, bool) {
+func injectDeployment(t *testing.T, raw []byte, cfg Config) ([]byte, bool) {
 	t.Helper()
 	var d appsv1.Deployment
 	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
@@ -89,7 +101,7 @@ func injectDeployment(t *testing.T, raw []byte) ([]byte, bool) {
 	}
 	before := d.DeepCopy()
 	held := d.Spec.Template // shares the template's maps and slices
-	if err := Template(d.ObjectMeta, &d.Spec.Template, testConfig()); err != nil {
+	if err := Template(d.ObjectMeta, &d.Spec.Template, cfg); err != nil {
 		// A failed injection leaves the template alone.
 		if !equalYAML(t, before, &d) {
 			t.Errorf("failed injection changed the template")
@@ -242,6 +254,12 @@ func TestConfigErrors(t *testing.T) {
 	err := Template(metav1.ObjectMeta{}, &tpl, testConfig())
 	if err == nil || !strings.Contains(err.Error(), "reserved") {
 		t.Errorf("app container named queue-proxy: %v", err)
+	}
+	badPush := testConfig()
+	badPush.PushURL = "wss://autoscaler.swell-system.svc:8081/pods"
+	err = Template(metav1.ObjectMeta{Name: "web"}, &tpl, badPush)
+	if want := `queue-proxy push URL "wss://autoscaler.swell-system.svc:8081/pods": must be a ws:// URL`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("push URL wss://: %v; want %s...", err, want)
 	}
 	var ae *autoscaling.Error
 	meta := metav1.ObjectMeta{Annotations: map[string]string{AnnotationContainerConcurrency: "-2"}}
@@ -518,4 +536,100 @@ func TestRequests(t *testing.T) {
 			t.Errorf("%s: Requests = %v cores, %v bytes; want %v, %v", tt.name, cpu, memory, tt.cpu, tt.memory)
 		}
 	}
+}
+
+func TestPushURL(t *testing.T) {
+	if got, want := PushURL("swell-system"), "ws://autoscaler.swell-system.svc:8081/pods"; got != want {
+		t.Errorf("PushURL = %s, want %s", got, want)
+	}
+}
+
+// TestQueueProxyReadsThePushEnvironment: the queue-proxy accepts the push
+// environment injection gives it, once the kubelet has filled in the
+// downward API's fields and expanded $(POD_NAMESPACE), and pushes as a
+// pod of the Deployment in the pod's namespace.
+func TestQueueProxyReadsThePushEnvironment(t *testing.T) {
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+	}
+	if err := Template(metav1.ObjectMeta{Name: "web"}, &tpl, pushConfig()); err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{"metadata.namespace": "shop", "status.podIP": "10.1.2.3"}
+	env := map[string]string{}
+	for _, e := range tpl.Spec.Containers[len(tpl.Spec.Containers)-1].Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = fields[e.ValueFrom.FieldRef.FieldPath]
+		}
+		env[e.Name] = strings.ReplaceAll(v, "$(POD_NAMESPACE)", env["POD_NAMESPACE"])
+	}
+	cfg, err := queueproxy.ParseConfig(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("the queue-proxy refuses its injected environment: %v", err)
+	}
+	if cfg.PushURL != PushURL(kube.DefaultSystemNamespace) || cfg.Service != "shop/web" || cfg.PodIP != "10.1.2.3" {
+		t.Errorf("queue-proxy pushes to %q as %q from %q; want %q, shop/web, 10.1.2.3", cfg.PushURL, cfg.Service, cfg.PodIP, PushURL(kube.DefaultSystemNamespace))
+	}
+}
+
+// TestPushAsTheDeployment: the ReplicaSets a Deployment creates, which the
+// webhook injects too, come out as the Deployment's template did; a name
+// that cannot be a service's pushes nothing.
+func TestPushAsTheDeployment(t *testing.T) {
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{kube.LabelEnabled: "true"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}}},
+	}
+	deployment := tpl.DeepCopy()
+	if err := Template(metav1.ObjectMeta{Name: "web", Namespace: "shop"}, deployment, pushConfig()); err != nil {
+		t.Fatal(err)
+	}
+	rs := metav1.ObjectMeta{Name: "web-5d8f9c7b6", Namespace: "shop", OwnerReferences: []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", Controller: ptr(true)},
+	}}
+	fromRS := deployment.DeepCopy()
+	if err := Template(rs, fromRS, pushConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if !equalYAML(t, deployment, fromRS) {
+		t.Errorf("the ReplicaSet's template injected again differs from its Deployment's:\n%s", toYAML(t, fromRS))
+	}
+	if env := queueProxyEnv(fromRS); env["SERVICE"] != "$(POD_NAMESPACE)/web" {
+		t.Errorf("SERVICE = %q, want $(POD_NAMESPACE)/web", env["SERVICE"])
+	}
+
+	for _, name := range []string{"web.v2", strings.Repeat("w", 64), ""} {
+		odd := tpl.DeepCopy()
+		if err := Template(metav1.ObjectMeta{Name: name, GenerateName: "web-"}, odd, pushConfig()); err != nil {
+			t.Fatal(err)
+		}
+		if env := queueProxyEnv(odd); env["AUTOSCALER_PUSH_URL"] != "" || env["SERVICE"] != "" {
+			t.Errorf("name %q: pushes as %q; want no push", name, env["SERVICE"])
+		}
+	}
+}
+
+// queueProxyEnv returns the injected queue-proxy's plain environment.
+func queueProxyEnv(tpl *corev1.PodTemplateSpec) map[string]string {
+	env := map[string]string{}
+	for _, c := range tpl.Spec.Containers {
+		if c.Name != ContainerName {
+			continue
+		}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+	}
+	return env
+}
+
+func toYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

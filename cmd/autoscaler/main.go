@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -189,6 +190,7 @@ func (a *app) run(ctx context.Context) error {
 	// checked with the TokenReview API; its reports must name that pod.
 	// Only from an activator pod's address, and only from the pod a token
 	// is bound to: Swell's own namespace's pods, watched.
+	autoscalerServices := sysFactory.Core().V1().Services().Lister()
 	activatorPods, err := activatorauth.NewPods(sysFactory.Core().V1().Pods(), kube.ActivatorServiceAccount)
 	if err != nil {
 		return err
@@ -262,10 +264,9 @@ func (a *app) run(ctx context.Context) error {
 		return err
 	}
 	hooks, err := webhook.New(webhook.Config{
-		Inject: inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults(),
-			// The queue-proxies push their stats to the autoscaler's
-			// Service in this namespace.
-			PushURL: inject.PushURL(cfg.Namespace)},
+		Inject: inject.Config{Image: cfg.QueueProxyImage, Resources: inject.DefaultResources(), Defaults: autoscaling.DefaultDefaults()},
+		// The queue-proxies push their stats to the autoscaler's Service.
+		PushURL:  func() string { return pushURL(autoscalerServices, cfg.Namespace) },
 		Defaults: store.Current,
 		Logger:   log.Named("webhook"),
 	})
@@ -377,6 +378,27 @@ func (a *app) run(ctx context.Context) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// pushURL is where injected queue-proxies push their stats: the
+// autoscaler's Service at its ClusterIP and push port, as services lists
+// it now, or, while it does not, the Service's DNS name. The address
+// needs no cluster DNS in the pod, and it stays for the Service's life.
+func pushURL(services corelisters.ServiceLister, namespace string) string {
+	svc, err := services.Services(namespace).Get(kube.AutoscalerService)
+	if err != nil {
+		return inject.PushURL(namespace)
+	}
+	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	if err != nil {
+		return inject.PushURL(namespace) // none, or "None"
+	}
+	for _, p := range svc.Spec.Ports {
+		if p.Name == kube.PortNamePush && p.Port > 0 {
+			return "ws://" + net.JoinHostPort(ip.String(), strconv.Itoa(int(p.Port))) + network.PodPushPath
+		}
+	}
+	return inject.PushURL(namespace)
 }
 
 // leaderPorts are the ports this replica publishes while it leads.

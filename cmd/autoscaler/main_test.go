@@ -13,7 +13,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/swell-run/swell/autoscaler"
@@ -21,6 +25,7 @@ import (
 	"github.com/swell-run/swell/autoscaler/scaler/scalertest"
 	"github.com/swell-run/swell/kube"
 	"github.com/swell-run/swell/kube/certs"
+	"github.com/swell-run/swell/kube/inject"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -173,4 +178,37 @@ func getStatus(t *testing.T, url string) autoscaler.Status {
 		t.Fatalf("GET %s: %v: %s", url, err, body)
 	}
 	return st
+}
+
+// The injected push URL is the autoscaler Service's ClusterIP at its push
+// port, which needs no DNS in the pod; without the Service, a ClusterIP or
+// a push port, it is the Service's name.
+func TestPushURL(t *testing.T) {
+	const ns = "swell-system"
+	dns := inject.PushURL(ns)
+	svc := func(ip string, ports ...corev1.ServicePort) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: kube.AutoscalerService},
+			Spec: corev1.ServiceSpec{ClusterIP: ip, Ports: ports}}
+	}
+	push := corev1.ServicePort{Name: kube.PortNamePush, Port: 8081}
+	reports := corev1.ServicePort{Name: kube.PortNameHTTP, Port: 8080}
+	for _, c := range []struct {
+		name string
+		svc  *corev1.Service
+		want string
+	}{
+		{"no Service", nil, dns},
+		{"a ClusterIP and a push port", svc("10.96.0.9", reports, push), "ws://10.96.0.9:8081/pods"},
+		{"IPv6", svc("fd00::9", reports, push), "ws://[fd00::9]:8081/pods"},
+		{"headless", svc("None", reports, push), dns},
+		{"no push port", svc("10.96.0.9", reports), dns},
+	} {
+		idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		if c.svc != nil {
+			idx.Add(c.svc)
+		}
+		if got := pushURL(corelisters.NewServiceLister(idx), ns); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
 }

@@ -28,6 +28,7 @@ const (
 type admitter struct {
 	inject   inject.Config
 	defaults func() autoscaling.Defaults
+	pushURL  func() string
 	log      *zap.Logger
 }
 
@@ -35,6 +36,9 @@ type admitter struct {
 // they are known.
 func (a *admitter) config() inject.Config {
 	cfg := a.inject
+	if a.pushURL != nil {
+		cfg.PushURL = a.pushURL()
+	}
 	if a.defaults != nil {
 		cfg.Defaults = a.defaults()
 	}

@@ -44,6 +44,9 @@ type Config struct {
 	// Inject.Defaults, so an edit of the defaults applies without a
 	// restart.
 	Defaults func() autoscaling.Defaults
+	// PushURL, if set, returns where the injected queue-proxies push their
+	// stats as it is now, in place of Inject.PushURL.
+	PushURL func() string
 }
 
 // New returns the webhooks' handler. It serves POST /mutate and POST
@@ -64,7 +67,7 @@ func New(cfg Config) (http.Handler, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	a := &admitter{inject: cfg.Inject, defaults: cfg.Defaults, log: cfg.Logger}
+	a := &admitter{inject: cfg.Inject, defaults: cfg.Defaults, pushURL: cfg.PushURL, log: cfg.Logger}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /mutate", review(cfg.MaxBody, a.mutate))

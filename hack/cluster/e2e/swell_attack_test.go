@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -268,6 +269,41 @@ func TestSwellRefusesAnAttackerInAnotherNamespace(t *testing.T) {
 		t.Errorf("the autoscaler answered %d in clear text; want TLS only", code)
 	}
 
+	// 5b. Pushing stats for the victim: the push port takes a pod's
+	// frames only as the ready pod its source address is, for that pod's
+	// service, and refuses the connection before it opens otherwise. The
+	// attacker's pod is refused whatever it claims; so is a ready pod of
+	// a Swell service of its own namespace, as soon as it names the
+	// victim, while for its own service it passes the check (and, not
+	// asking for a websocket, fails only the handshake).
+	pushAt, err := autoscalerPort(t.Context(), e, "push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushURL := func(svc, addr string) string {
+		return "http://" + pushAt + "/pods?" + url.Values{"service": {svc}, "addr": {addr}}.Encode()
+	}
+	victimStats := net.JoinHostPort(victim.Status.PodIP, "9090")
+	code, _, err = try(attacker, http.MethodGet, pushURL(e.ns+"/"+name, victimStats), "", nil)
+	refused("stats pushed for the victim by a pod of another namespace", http.StatusForbidden, code, "", err, "")
+	const decoy = "decoy"
+	other.createHello(swellHello(decoy, nil, map[string]string{
+		"autoscaling.swell.run/min-scale":             "1",
+		"autoscaling.swell.run/target-burst-capacity": "0",
+	}))
+	other.waitServingSwell(decoy, 1)
+	decoys, err := other.pods(t.Context(), decoy)
+	if err != nil || len(decoys) != 1 {
+		t.Fatalf("pods of %s: %v %v", decoy, decoys, err)
+	}
+	fromDecoy := e.clientIn(&decoys[0], 5*time.Second)
+	code, _, err = try(fromDecoy, http.MethodGet, pushURL(e.ns+"/"+name, victimStats), "", nil)
+	refused("stats pushed for the victim by a ready Swell pod of another service", http.StatusForbidden, code, "", err, "")
+	code, _, err = try(fromDecoy, http.MethodGet, pushURL(other.ns+"/"+decoy, victimStats), "", nil)
+	if err != nil || code != http.StatusBadRequest {
+		t.Errorf("the decoy's own service, without a websocket: %d %v; want 400 (trusted as itself, then no upgrade)", code, err)
+	}
+
 	// 6. Reading every tenant's services, pod counts and rates from the
 	// autoscaler's status: the activators' port does not serve it, and
 	// the port that does listens on the pod's loopback only.
@@ -337,6 +373,12 @@ func (e *env) serviceAccount(name string) {
 // autoscalerAddr is ip:port of the autoscaler that leads, from its
 // Service's one EndpointSlice.
 func autoscalerAddr(ctx context.Context, e *env) (string, error) {
+	return autoscalerPort(ctx, e, "http")
+}
+
+// autoscalerPort is the leader's address at its Service port named port
+// ("http": the activators' reports; "push": the pods' stats).
+func autoscalerPort(ctx context.Context, e *env, port string) (string, error) {
 	list, err := e.cs.DiscoveryV1().EndpointSlices(swellNamespace).List(ctx, metav1.ListOptions{
 		LabelSelector: discoveryv1.LabelServiceName + "=autoscaler",
 	})
@@ -345,7 +387,7 @@ func autoscalerAddr(ctx context.Context, e *env) (string, error) {
 	}
 	for _, s := range list.Items {
 		for _, p := range s.Ports {
-			if p.Port == nil {
+			if p.Port == nil || p.Name == nil || *p.Name != port {
 				continue
 			}
 			for _, ep := range s.Endpoints {
@@ -355,7 +397,7 @@ func autoscalerAddr(ctx context.Context, e *env) (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("the autoscaler Service has no endpoint")
+	return "", fmt.Errorf("the autoscaler Service has no endpoint at port %s", port)
 }
 
 // mustPod reads a pod of e's namespace.

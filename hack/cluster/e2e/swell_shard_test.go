@@ -273,9 +273,12 @@ func TestSwellShardedBuckets(t *testing.T) {
 
 // shardStatus is what the test reads of an autoscaler replica's /status.
 type shardStatus struct {
-	Leading    *bool          `json:"leading"`
-	Activators []string       `json:"activators"`
-	Services   []shardService `json:"services"`
+	Time         time.Time      `json:"time"`
+	Leading      *bool          `json:"leading"`
+	TickInterval string         `json:"tickInterval"`
+	Activators   []string       `json:"activators"`
+	PodsPushing  int            `json:"podsPushing"`
+	Services     []shardService `json:"services"`
 }
 
 type shardService struct {
@@ -287,6 +290,9 @@ type shardService struct {
 	LastSample *struct {
 		Time        time.Time `json:"time"`
 		Concurrency float64   `json:"concurrency"`
+		// Read is the pods the round read, Pushed those read from a push.
+		Read   int `json:"read"`
+		Pushed int `json:"pushed"`
 	} `json:"lastSample"`
 	Decisions []struct {
 		Time time.Time `json:"time"`

@@ -57,6 +57,16 @@ const (
 	reactionCPUTarget = "100m"
 	reactionCPUPods   = 4
 
+	// The concurrency step: an open loop of reactionConcRate requests a
+	// second, each held reactionConcSleep by the app: 8 in flight, four
+	// pods' worth at a target of reactionConcTarget per pod. The requests
+	// hold the app without burning CPU, so the step is what the queue-
+	// proxies count, whatever else the machine does.
+	reactionConcRate   = 40
+	reactionConcSleep  = 200 * time.Millisecond
+	reactionConcTarget = "2"
+	reactionConcPods   = 4
+
 	// The gauge step: one POST /jobs queues reactionJobs jobs of
 	// reactionJobWork, done one at a time, so hello_jobs_waiting jumps to
 	// reactionJobs and stays there for the first job's reactionJobWork:
@@ -99,6 +109,18 @@ type reactionMetric struct {
 func reactionMetrics() []reactionMetric {
 	common := []string{"--name", "hello", "--min-scale", "1", "--state-dir", ""}
 	return []reactionMetric{
+		{
+			name: "concurrency",
+			flags: append(slices.Clone(common), "--target", reactionConcTarget,
+				"--target-utilization-percentage", "100"),
+			step: fmt.Sprintf("an open loop of %d `GET /?sleep=%s` a second: %.0f requests in flight, %d pods' worth at %s",
+				reactionConcRate, reactionConcSleep, reactionConcRate*reactionConcSleep.Seconds(), reactionConcPods, reactionConcTarget),
+			pods: reactionConcPods,
+			apply: func(l *localRun) (time.Time, func() (int64, int64), error) {
+				o, t0 := startOpenLoop(l.url+"/?sleep="+reactionConcSleep.String(), reactionConcRate)
+				return t0, o.finish, nil
+			},
+		},
 		{
 			name:  "cpu",
 			flags: append(slices.Clone(common), "--metric", "cpu", "--cpu-target", reactionCPUTarget),
@@ -384,7 +406,7 @@ func reactionScenario(e *env) ([]section, error) {
 				return nil, fmt.Errorf("%s trial %d/%d: %w", m.name, i+1, trials, err)
 			}
 			runs[mi].trials = append(runs[mi].trials, t)
-			logf("reaction %-5s %d/%d: decided %s (event %s, %d desired), ready %s, %d ready %s, most desired %d",
+			logf("reaction %-11s %d/%d: decided %s (event %s, %d desired), ready %s, %d ready %s, most desired %d",
 				m.name, i+1, trials, seconds(t.decided), seconds(t.event), t.first, seconds(t.ready),
 				reactionNeed, seconds(t.three), t.most)
 		}
@@ -455,7 +477,7 @@ func reactionReport(runs []reactionRun, idle time.Duration) section {
 	var reasons []string
 	var failed []string
 	var code strings.Builder
-	fmt.Fprintf(&code, "%-6s %5s  %9s  %9s  %5s  %9s  %9s  %4s  %s\n",
+	fmt.Fprintf(&code, "%-11s %5s  %9s  %9s  %5s  %9s  %9s  %4s  %s\n",
 		"metric", "trial", "decided", "event", "first", "ready", strconv.Itoa(reactionNeed)+" ready", "most", "first scale event")
 	for _, run := range runs {
 		ts, m := run.trials, run.metric
@@ -488,7 +510,7 @@ func reactionReport(runs []reactionRun, idle time.Duration) section {
 			if t.bad > 0 {
 				failed = append(failed, fmt.Sprintf("%s trial %d: %d of %d", m.name, i+1, t.bad, t.sent))
 			}
-			fmt.Fprintf(&code, "%-6s %5d  %9s  %9s  %5d  %9s  %9s  %4d  %s\n",
+			fmt.Fprintf(&code, "%-11s %5d  %9s  %9s  %5d  %9s  %9s  %4d  %s\n",
 				m.name, i+1, seconds(t.decided), seconds(t.event), t.first, seconds(t.ready), seconds(t.three), t.most, t.reason)
 		}
 	}
@@ -507,7 +529,7 @@ func reactionReport(runs []reactionRun, idle time.Duration) section {
 		commands = append(commands, fmt.Sprintf("%s: `%s`; the step: %s.", run.metric.name, localCommandLine(run.metric), run.metric.step))
 	}
 	notes := append(commands,
-		"Every figure is from the step's start, t0: just before the first request of the cpu step, just before the POST of the gauge step. "+
+		"Every figure is from the step's start, t0: just before the first request of the concurrency and cpu steps, just before the POST of the gauge step. "+
 			fmt.Sprintf("Moments read from the status are late by up to one poll (%d ms) plus the status request; "+
 				"the event's own time is not.", reactionPoll.Milliseconds()),
 		"Percentiles are nearest-rank over the trials; a moment that did not come within "+dur(reactionTimeout)+" counts as later than any.",

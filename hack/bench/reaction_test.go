@@ -130,14 +130,17 @@ func TestReactionReport(t *testing.T) {
 		return reactionTrial{decided: decided, first: 2, event: decided - 20*time.Millisecond, ready: ready, three: three,
 			most: most, reason: "hello: scale 1→2 (cpu: panic: wants 2 pods for 1 ready at target 70)", sent: 60}
 	}
-	metrics := reactionMetrics()
+	metrics := map[string]reactionMetric{}
+	for _, m := range reactionMetrics() {
+		metrics[m.name] = m
+	}
 	runs := []reactionRun{
-		{metric: metrics[0], trials: []reactionTrial{
+		{metric: metrics["cpu"], trials: []reactionTrial{
 			trial(3800*time.Millisecond, 3900*time.Millisecond, 6*time.Second, 4),
 			trial(5100*time.Millisecond, 5200*time.Millisecond, 8*time.Second, 7),
 			trial(4400*time.Millisecond, 4500*time.Millisecond, 7*time.Second, 5),
 		}},
-		{metric: metrics[1], trials: []reactionTrial{trial(0, 0, 0, 1)}},
+		{metric: metrics["gauge"], trials: []reactionTrial{trial(0, 0, 0, 1)}},
 	}
 	runs[0].trials[1].bad = 2
 	s := reactionReport(runs, 20*time.Second)

@@ -12,6 +12,7 @@
 //	go run ./hack/bench -scenario scale -scale-chart docs/scale.svg
 //	go run ./hack/bench -scenario policies -policies-traffic bursts
 //	go run ./hack/bench -scenario scale -scale-parts autoscaler -scale-sizes 10000,10000/10/3
+//	go run ./hack/bench -scenario scale -scale-parts autoscaler -scale-modes push -quick
 //	go run ./hack/bench -scale-chart docs/scale.svg -scale-from docs/performance.md
 package main
 
@@ -57,7 +58,7 @@ var scenarios = []scenario{
 	{"local", "swell local --demo: cold start's data-plane share vs the app's own start-up; requests lost replaying a trace from zero", localScenario},
 	{"reaction", "swell local: from a step in the app's CPU or its gauge to the scale decision and the replicas ready, beside the HPA's and KEDA's documented cadence", reactionScenario},
 	{"policies", "swell local per autoscaling class (kpa, hpa, adaptive) on the same 10 minutes of the trace, or of bursts (-policies-traffic), at once (2 with -quick): pod-seconds, cold starts, waits, beside swell sim's prediction", policiesScenario},
-	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet, then 10k divided into 10 buckets among 3 autoscalers: CPU, memory, collection rounds, decision latency, scale writes; then the activator routing 10k services: memory per service, Host lookup, report bytes and frames", scaleScenario},
+	{"scale", "the autoscaler alone at 1k, 3k and 10k services × 5 pods on a fake fleet, then 10k divided into 10 buckets among 3 autoscalers, each scraping the pods and then taking their pushes: CPU, memory, services without a sample, collection rounds, decision latency, scale writes; then the activator routing 10k services: memory per service, Host lookup, report bytes and frames", scaleScenario},
 }
 
 // options are the command line's settings shared by all scenarios.
@@ -80,8 +81,10 @@ type options struct {
 	// policiesTraffic is what the policies scenario replays: the trace,
 	// or generated bursts (policyTraffics).
 	policiesTraffic string
-	// scaleSizes are the sizes the autoscaler's part measures.
+	// scaleSizes are the sizes the autoscaler's part measures, each in
+	// every one of scaleModes (scaleModePull, scaleModePush), in order.
 	scaleSizes []scaleSize
+	scaleModes []string
 }
 
 // env is what a scenario runs with.
@@ -135,6 +138,7 @@ func run(args []string) int {
 		reps     = fs.Int("reps", 0, "times each measurement runs on each path; the report shows medians (default 3, 1 with -quick)")
 		parts    = fs.String("scale-parts", strings.Join(scaleParts, ","), "comma-separated `parts` of the scale scenario to run: "+strings.Join(scaleParts, ", "))
 		sizes    = fs.String("scale-sizes", scaleSizesFlag(scaleSizes), "comma-separated `sizes` the scale scenario's autoscaler part measures, in order: N services for one leader, N/B/R for N services in B buckets led by R autoscalers")
+		modes    = fs.String("scale-modes", strings.Join(scaleModes, ","), "comma-separated `modes` the scale scenario measures each size in, one after the other: "+scaleModePull+" (the autoscaler scrapes every pod), "+scaleModePush+" (the pods push their stats)")
 		from     = fs.String("scale-from", "", "draw -scale-chart from the `file`'s scale lines (a report, docs/performance.md: the last line of each size) and run nothing")
 	)
 	fs.BoolVar(&o.quick, "quick", false, "a short smoke run instead of the full one (~28 min)")
@@ -156,6 +160,10 @@ func run(args []string) int {
 	}
 	if o.scaleSizes, err = parseScaleSizes(*sizes); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: -scale-sizes: %v\n", err)
+		return 2
+	}
+	if o.scaleModes, err = parseScaleModes(*modes); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -scale-modes: %v\n", err)
 		return 2
 	}
 	if !slices.Contains(policyTraffics, o.policiesTraffic) {

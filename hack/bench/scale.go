@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -27,16 +28,19 @@ import (
 
 // The scale scenario: the autoscaler alone, at 1,000, 3,000 and 10,000
 // services of 5 pods each, then 10,000 divided into 10 buckets among 3
-// autoscaler processes (scaleshard.go). A fake fleet (hack/scale/fleet)
-// serves every pod's stats endpoint (from as many processes as the
-// open-file limit takes for its pods) and opens three activators' report
-// streams; the autoscaler (hack/scale/autoscaler) is the real loop,
-// collector, activator endpoint and executor, wired as cmd/autoscaler
-// wires them, over a backend that records its writes in place of
-// Kubernetes. After a settling time, a window measures each autoscaler's
-// CPU and memory, its collection rounds (from its own metrics) and its
-// writes, while a few services' load is stepped through the fleet's
-// control API to time the decisions.
+// autoscaler processes (scaleshard.go), each size twice, side by side:
+// the autoscaler scraping every pod (pull), then the pods pushing their
+// stats to it (push). A fake fleet (hack/scale/fleet) serves every pod's
+// stats endpoint and, pushing, keeps each pod's websocket to the
+// autoscaler (from as many processes as the open-file limit takes for
+// its pods' connections), and opens three activators' report streams;
+// the autoscaler (hack/scale/autoscaler) is the real loop, collector,
+// activator and pod endpoints and executor, wired as cmd/autoscaler wires
+// them, over a backend that records its writes in place of Kubernetes.
+// After a settling time, a window measures each autoscaler's CPU and
+// memory, its collection rounds (from its own metrics) and its writes,
+// while a few services' load is stepped through the fleet's control API
+// to time the decisions.
 
 // Packages of the scale scenario.
 const (
@@ -163,18 +167,69 @@ func (s scaleSize) String() string {
 // connections (the fleet raises its limit to its pods and 1,024).
 const scaleFleetReserve = 1024
 
-// scaleFleetProcesses is how many processes serve a fleet of pods: each
-// holds the far end of a connection per pod scraped, and a process can
-// hold as many files as the hard limit (20,000 on the machine the figures
-// in docs/performance.md come from: at 50,000 pods, three processes).
-// limit is that hard limit, 0 when unknown (one process).
-func scaleFleetProcesses(pods int, limit uint64) int {
-	if limit <= scaleFleetReserve || uint64(pods)+scaleFleetReserve <= limit {
+// scaleFleetConns is the connections a fleet of pods may hold in a mode:
+// the far end of each pod's scrape connection; pushing, each pod's push
+// connection too, since a pod's scrape connection is kept idle for 10 s
+// after its pushes take over (and for good where the autoscaler takes no
+// more pushes).
+func scaleFleetConns(pods int, mode string) int {
+	if mode == scaleModePush {
+		return 2 * pods
+	}
+	return pods
+}
+
+// scaleFleetProcesses is how many processes serve a fleet holding conns
+// connections (scaleFleetConns): a process can hold as many files as the
+// hard limit (20,000 on the machine the figures in docs/performance.md
+// come from: at 50,000 pods, three processes pulling, six pushing). limit
+// is that hard limit, 0 when unknown (one process).
+func scaleFleetProcesses(conns int, limit uint64) int {
+	if limit <= scaleFleetReserve || uint64(conns)+scaleFleetReserve <= limit {
 		return 1
 	}
 	per := int(limit - scaleFleetReserve)
-	return (pods + per - 1) / per
+	return (conns + per - 1) / per
 }
+
+// scalePushSettle is added to the settling time pushing: a pod's scrape
+// connection idles out 10 s after its pushes take over, and the files it
+// held are the autoscaler's only then.
+const scalePushSettle = 10 * time.Second
+
+// scalePushFits says whether each autoscaler process can hold a push
+// connection from every pod of its services that may be ready (those of
+// the services at zero are not), beside the files it keeps for the rest,
+// within the hard open-file limit (0: unknown, taken to fit). Where it
+// cannot, the run would measure a starved process, not the autoscaler:
+// the error says what to raise.
+func scalePushFits(size scaleSize, byReplica [][]pods.Service, limit uint64) error {
+	if limit == 0 {
+		return nil
+	}
+	for i, svcs := range byReplica {
+		n := 0
+		for _, s := range svcs {
+			if s.Kind != pods.KindZero {
+				n += len(s.Pods)
+			}
+		}
+		if need := uint64(n + scaleFleetReserve); need > limit {
+			who := "the autoscaler"
+			if size.sharded() {
+				who = fmt.Sprintf("replica %d", i)
+			}
+			return fmt.Errorf("pushing, %s would hold a connection from each of %d pods that may be ready and %d files more, %d in all, "+
+				"past the hard open-file limit of %d: raise `ulimit -Hn`, or measure it sharded", who, n, scaleFleetReserve, need, limit)
+		}
+	}
+	return nil
+}
+
+// scalePushDials is the push connections the fleet opens a second at
+// most, in all: at 50,000 pods about 8 s of dials once the autoscaler
+// has scraped them, well within the settling time.
+const scalePushDials = 6000
 
 // hardFileLimit is this process's hard open-file limit, which its
 // children inherit; 0 when unknown.
@@ -215,6 +270,39 @@ const (
 )
 
 var scaleParts = []string{scalePartAutoscaler, scalePartActivator}
+
+// The modes of the autoscaler's part (-scale-modes): how it gets the
+// pods' stats.
+const (
+	// scaleModePull: it scrapes every ready pod every second.
+	scaleModePull = "pull"
+	// scaleModePush: every pod pushes its stats to it, each period it
+	// closes and at once on a step; it scrapes only a pod without a fresh
+	// push.
+	scaleModePush = "push"
+)
+
+var scaleModes = []string{scaleModePull, scaleModePush}
+
+// parseScaleModes reads -scale-modes: a comma-separated list of
+// scaleModes, each once, run in that order for every size. Every bad
+// element is reported.
+func parseScaleModes(s string) ([]string, error) {
+	var modes []string
+	var errs []error
+	for m := range strings.SplitSeq(s, ",") {
+		m = strings.TrimSpace(m)
+		switch {
+		case !slices.Contains(scaleModes, m):
+			errs = append(errs, fmt.Errorf("unknown mode %q: accepted are %s", m, strings.Join(scaleModes, ", ")))
+		case slices.Contains(modes, m):
+			errs = append(errs, fmt.Errorf("mode %s named twice", m))
+		default:
+			modes = append(modes, m)
+		}
+	}
+	return modes, errors.Join(errs...)
+}
 
 // parseScaleParts reads -scale-parts: a comma-separated list of
 // scaleParts.
@@ -271,11 +359,14 @@ func scaleScenario(e *env) ([]section, error) {
 	}
 	secs = append(secs, section{
 		title: "Scale: summary",
-		text: "One `scale` line per size: the autoscaler's CPU in cores over the window, its resident memory at the end, the p99 of its " +
-			"collection rounds and of the time from a load change being served to the scale write (every step, both paths). " +
-			"The sharded size has a `scale-shard replica=I` line per autoscaler process, with the buckets it leads and the fleet's " +
+		text: "One `scale` line per size and mode (`pull`: the autoscaler scrapes every pod; `push`: the pods push their stats): the " +
+			"autoscaler's CPU in cores over the window, its resident memory at the end, the services a second without a sample " +
+			"(`unsampled`, 0 when every service's window got a figure every second), and the p50 and p99 of the time from a busy " +
+			"service's load step to its scale write (the tick path, or pushing the decision a sharp push triggers; a step without a " +
+			"write counts as infinitely long). " +
+			"The sharded size has a `scale-shard replica=I` line per autoscaler process and mode, with the buckets it leads and the fleet's " +
 			"services and pods in them, and a `scale-shard replicas=R` line for them all: CPU and memory summed, the slowest " +
-			"replica's rounds, every step, and the most loaded replica's CPU over the least loaded's. " +
+			"replica's rounds, every step (both paths), and the most loaded replica's CPU over the least loaded's. " +
 			"The `scale-activator` line: the activator's heap and resident bytes per service routed, its Host lookup in ns and " +
 			"that over 10 services', the same for a request through its chain, the report bytes and frames a second with a tenth " +
 			"of the services busy and with all, and the heap it kept per service removed.",
@@ -284,8 +375,9 @@ func scaleScenario(e *env) ([]section, error) {
 	return secs, errors.Join(errs...)
 }
 
-// scaleAutoscaler measures the autoscaler at each of -scale-sizes, and
-// returns the sections and each size's lines.
+// scaleAutoscaler measures the autoscaler at each of -scale-sizes, in
+// each of -scale-modes one after the other, and returns the sections and
+// each run's lines.
 func scaleAutoscaler(e *env) ([]section, []string, error) {
 	bins, err := e.build(scaleFleetPkg, scaleAutoscalerPkg)
 	if err != nil {
@@ -305,43 +397,60 @@ func scaleAutoscaler(e *env) ([]section, []string, error) {
 	var secs []section
 	var errs []error
 	var lines []string
-	// oneLeader are the one-leader sizes measured, by services: a sharded
-	// size is set against the one of its services.
-	oneLeader := map[int]scaleResult{}
+	// oneLeader are the one-leader sizes measured, by services and mode:
+	// a sharded size is set against the one of its services and mode.
+	type sizeMode struct {
+		services int
+		mode     string
+	}
+	oneLeader := map[sizeMode]scaleResult{}
 	for _, size := range e.opts.scaleSizes {
-		logf("scale: %s: settle %s, measure %s", size, tm.settle, tm.window)
-		r := scaleRun(e, bins, token, size, tm, !size.sharded() && size.services == largest)
-		if r.err != nil {
-			logf("scale: %s: %v", size, r.err)
-			errs = append(errs, fmt.Errorf("%s: %w", size, r.err))
-		}
-		var out []string
-		if size.sharded() {
-			var single *scaleResult
-			if o, ok := oneLeader[size.services]; ok {
-				single = &o
+		var runs []scaleResult
+		var profiles []section
+		for _, mode := range e.opts.scaleModes {
+			settle := tm.settle
+			if mode == scaleModePush {
+				settle += scalePushSettle
 			}
-			secs = append(secs, scaleShardSection(r, single, tm))
-			out = scaleShardLines(r)
-		} else {
-			oneLeader[size.services] = r
-			secs = append(secs, scaleSection(r, tm))
-			out = []string{scaleLine(r)}
+			logf("scale: %s, %s: settle %s, measure %s", size, mode, settle, tm.window)
+			r := scaleRun(e, bins, token, size, mode, tm, !size.sharded() && size.services == largest)
+			if r.err != nil {
+				logf("scale: %s, %s: %v", size, mode, r.err)
+				errs = append(errs, fmt.Errorf("%s, %s: %w", size, mode, r.err))
+			}
+			var out []string
+			if size.sharded() {
+				var single *scaleResult
+				if o, ok := oneLeader[sizeMode{size.services, mode}]; ok {
+					single = &o
+				}
+				secs = append(secs, scaleShardSection(r, single, tm))
+				out = scaleShardLines(r)
+			} else {
+				oneLeader[sizeMode{size.services, mode}] = r
+				runs = append(runs, r)
+				out = []string{scaleLine(r)}
+			}
+			if r.profile.title != "" {
+				profiles = append(profiles, r.profile)
+			}
+			lines = append(lines, out...)
+			for _, l := range out {
+				logf("%s", l)
+			}
 		}
-		if r.profile.title != "" {
-			secs = append(secs, r.profile)
+		if len(runs) > 0 {
+			secs = append(secs, scaleSection(runs, tm))
 		}
-		lines = append(lines, out...)
-		for _, l := range out {
-			logf("%s", l)
-		}
+		secs = append(secs, profiles...)
 	}
 	return secs, lines, errors.Join(errs...)
 }
 
-// scaleResult is what one size measured.
+// scaleResult is what one size measured in one mode.
 type scaleResult struct {
 	size scaleSize
+	mode string
 	pods int
 	// loadBefore and loadAfter are the machine's load averages around the
 	// size's run.
@@ -355,9 +464,14 @@ type scaleResult struct {
 	fleetProcs int
 	fleetCPU   float64
 	fleetMem   memory
-	// fleetFDExhausted counts the fleet's accepts refused for want of a
-	// file descriptor, since it started.
+	// fleetFDExhausted counts the fleet's accepts, and push dials,
+	// refused for want of a file descriptor, since it started.
 	fleetFDExhausted uint64
+	// fleet are the fleet's counters at the window's end, summed over
+	// its processes; fleetFrames the frames its pods pushed in the
+	// window.
+	fleet       scaleFleetStats
+	fleetFrames float64
 
 	// replicas are the autoscaler processes, in order (one for one
 	// leader).
@@ -391,6 +505,15 @@ type scaleReplica struct {
 	scrapeP99 float64 // seconds
 	// missing is service-seconds without a sample.
 	missing float64
+	// Pushing: the pods with a push connection open at the end, the pod
+	// reports rounds read from pushes, the frames applied and dropped,
+	// the connections refused and closed by reason, and the decisions a
+	// sharp push triggered, in the window.
+	pushing                   float64
+	pushedReads               float64
+	pushApplied, pushDropped  float64
+	pushRejected, pushClosed  map[string]float64
+	pushDecisions, tickDecide float64
 	// activators connected at the end; reports and pokes they sent in
 	// the window.
 	activators, reports, pokes float64
@@ -438,10 +561,11 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// scaleRun measures one size. Its processes are stopped when it returns.
-func scaleRun(e *env, bins map[string]string, token string, size scaleSize, tm scaleTiming, profile bool) (r scaleResult) {
-	r.size, r.pods, r.window = size, size.services*scalePodsPerService, tm.window
-	r.fleetProcs = scaleFleetProcesses(r.pods, hardFileLimit())
+// scaleRun measures one size in one mode. Its processes are stopped when
+// it returns.
+func scaleRun(e *env, bins map[string]string, token string, size scaleSize, mode string, tm scaleTiming, profile bool) (r scaleResult) {
+	r.size, r.mode, r.pods, r.window = size, mode, size.services*scalePodsPerService, tm.window
+	r.fleetProcs = scaleFleetProcesses(scaleFleetConns(r.pods, mode), hardFileLimit())
 	r.loadBefore = loadAverage()
 	defer func() { r.loadAfter = loadAverage() }()
 
@@ -469,29 +593,44 @@ func scaleRun(e *env, bins map[string]string, token string, size scaleSize, tm s
 		}
 	}()
 
-	podsFile := filepath.Join(e.work, fmt.Sprintf("scale-%s-pods.jsonl", size.name()))
+	tag := size.name() + "-" + mode
+	podsFile := filepath.Join(e.work, fmt.Sprintf("scale-%s-pods.jsonl", tag))
 	fleetArgs := []string{"-services", strconv.Itoa(size.services), "-pods-per-service", strconv.Itoa(scalePodsPerService),
 		"-seed", strconv.Itoa(scaleSeed), "-port", strconv.Itoa(podPort)}
 	if r.fleetProcs > 1 {
 		fleetArgs = append(fleetArgs, "-epoch", time.Now().UTC().Truncate(time.Second).Format(time.RFC3339),
-			"-share", filepath.Join(e.work, fmt.Sprintf("scale-%s-table", size.name())))
+			"-share", filepath.Join(e.work, fmt.Sprintf("scale-%s-table", tag)))
+	}
+	// Every bucket's leader, for the activators and the pods pushing.
+	leaders := make([]string, size.buckets)
+	for b := range leaders {
+		leaders[b] = listens[b%size.replicas]
+	}
+	if mode == scaleModePush {
+		// Each process pushes for a slice of the pods, spread over the
+		// replicas as over a Service's endpoints; a replica sends a pod
+		// whose service it does not lead to the one that does.
+		urls := make([]string, len(listens))
+		for i, l := range listens {
+			urls[i] = "ws://" + l
+		}
+		fleetArgs = append(fleetArgs, "-push", strings.Join(urls, ","), "-push-dials", strconv.Itoa(max(scalePushDials/r.fleetProcs, 1)))
 	}
 	for i, control := range controls {
 		args := append(slices.Clone(fleetArgs), "-control", control)
-		name := fmt.Sprintf("scale-fleet-%s", size.name())
+		if mode == scaleModePush {
+			args = append(args, "-push-slice", fmt.Sprintf("%d/%d", i, r.fleetProcs))
+		}
+		name := "scale-fleet-" + tag
 		if i == 0 {
 			// The first process runs the activators and takes the steps.
 			args = append(args, "-out", podsFile, "-autoscaler", "ws://"+listens[0]+network.ActivatorReportPath, "-token-file", token)
 			if size.sharded() {
-				leaders := make([]string, size.buckets)
-				for b := range leaders {
-					leaders[b] = listens[b%size.replicas]
-				}
 				args = append(args, "-leaders", strings.Join(leaders, ","))
 			}
 		} else {
 			name += fmt.Sprintf("-%d", i)
-			args = append(args, "-out", filepath.Join(e.work, fmt.Sprintf("scale-%s-pods-%d.jsonl", size.name(), i)))
+			args = append(args, "-out", filepath.Join(e.work, fmt.Sprintf("scale-%s-pods-%d.jsonl", tag, i)))
 		}
 		p, _, err := startArgs(name, bins[scaleFleetPkg], e.work, args)
 		if err != nil {
@@ -503,29 +642,6 @@ func scaleRun(e *env, bins map[string]string, token string, size scaleSize, tm s
 	fleets := slices.Clone(started)
 	for i, p := range fleets {
 		if r.err = p.waitHTTP("http://" + controls[i] + "/ready"); r.err != nil {
-			return r
-		}
-	}
-	var autoscalers []*process
-	for i := range size.replicas {
-		args := []string{"-pods", podsFile, "-listen", listens[i], "-admin", admins[i], "-token-file", token}
-		name := fmt.Sprintf("scale-autoscaler-%s", size.name())
-		if size.sharded() {
-			args = append(args, "-buckets", strconv.Itoa(size.buckets), "-lead", joinInts(size.lead(i)))
-			name += fmt.Sprintf("-%d", i)
-		}
-		p, _, err := startArgs(name, bins[scaleAutoscalerPkg], e.work, args)
-		if err != nil {
-			r.err = err
-			return r
-		}
-		started = append(started, p)
-		autoscalers = append(autoscalers, p)
-	}
-	adminURLs := make([]string, size.replicas)
-	for i, p := range autoscalers {
-		adminURLs[i] = "http://" + admins[i]
-		if r.err = p.waitHTTP(adminURLs[i] + "/ready"); r.err != nil {
 			return r
 		}
 	}
@@ -545,7 +661,45 @@ func scaleRun(e *env, bins map[string]string, token string, size scaleSize, tm s
 	for i := range r.replicas {
 		r.replicas[i].lead = size.lead(i)
 	}
-	if r.err = scaleSleep(tm.settle, started...); r.err != nil {
+	if mode == scaleModePush {
+		if r.err = scalePushFits(size, byReplica, hardFileLimit()); r.err != nil {
+			return r
+		}
+	}
+	var autoscalers []*process
+	for i := range size.replicas {
+		args := []string{"-pods", podsFile, "-listen", listens[i], "-admin", admins[i], "-token-file", token}
+		name := "scale-autoscaler-" + tag
+		if size.sharded() {
+			args = append(args, "-buckets", strconv.Itoa(size.buckets), "-lead", joinInts(size.lead(i)))
+			name += fmt.Sprintf("-%d", i)
+		}
+		if mode == scaleModePush {
+			args = append(args, "-push")
+			if size.sharded() {
+				args = append(args, "-leaders", strings.Join(leaders, ","))
+			}
+		}
+		p, _, err := startArgs(name, bins[scaleAutoscalerPkg], e.work, args)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		started = append(started, p)
+		autoscalers = append(autoscalers, p)
+	}
+	adminURLs := make([]string, size.replicas)
+	for i, p := range autoscalers {
+		adminURLs[i] = "http://" + admins[i]
+		if r.err = p.waitHTTP(adminURLs[i] + "/ready"); r.err != nil {
+			return r
+		}
+	}
+	settle := tm.settle
+	if mode == scaleModePush {
+		settle += scalePushSettle
+	}
+	if r.err = scaleSleep(settle, started...); r.err != nil {
 		return r
 	}
 
@@ -612,7 +766,7 @@ func scaleRun(e *env, bins map[string]string, token string, size scaleSize, tm s
 	}
 
 	if profile && e.opts.profileDir != "" {
-		r.profile = scaleProfile(e, bins[scaleAutoscalerPkg], adminURLs[0], size.services, tm.profile)
+		r.profile = scaleProfile(e, bins[scaleAutoscalerPkg], adminURLs[0], size.services, mode, tm.profile)
 	}
 	return r
 }
@@ -686,6 +840,16 @@ type scaleFleetStats struct {
 	Scrapes     uint64 `json:"scrapes"`
 	FDExhausted uint64 `json:"fdExhausted"`
 	Strays      uint64 `json:"strays"`
+	// Pushing, the pods' pushes (-push).
+	Pushing         int64  `json:"pushing"`
+	Pushes          uint64 `json:"pushes"`
+	PushDials       uint64 `json:"pushDials"`
+	PushRedirects   uint64 `json:"pushRedirects"`
+	PushRefused     uint64 `json:"pushRefused"`
+	PushUnavailable uint64 `json:"pushUnavailable"`
+	PushFailures    uint64 `json:"pushFailures"`
+	PushClosed      uint64 `json:"pushClosed"`
+	PushFDExhausted uint64 `json:"pushFDExhausted"`
 }
 
 func (s *scaleFleetStats) add(o scaleFleetStats) {
@@ -693,6 +857,15 @@ func (s *scaleFleetStats) add(o scaleFleetStats) {
 	s.Scrapes += o.Scrapes
 	s.FDExhausted += o.FDExhausted
 	s.Strays += o.Strays
+	s.Pushing += o.Pushing
+	s.Pushes += o.Pushes
+	s.PushDials += o.PushDials
+	s.PushRedirects += o.PushRedirects
+	s.PushRefused += o.PushRefused
+	s.PushUnavailable += o.PushUnavailable
+	s.PushFailures += o.PushFailures
+	s.PushClosed += o.PushClosed
+	s.PushFDExhausted += o.PushFDExhausted
 }
 
 // scaleTotals are the autoscaler harness's backend figures (GET
@@ -768,7 +941,9 @@ func (r *scaleResult) measure(before, after scaleSnapshot, backends []scaleTotal
 	secs := span.Seconds()
 	r.window = span
 	r.fleetCPU = (after.fleetCPU - before.fleetCPU).Seconds() / secs
-	r.fleetFDExhausted = after.fleet.FDExhausted
+	r.fleetFDExhausted = after.fleet.FDExhausted + after.fleet.PushFDExhausted
+	r.fleet = after.fleet
+	r.fleetFrames = float64(after.fleet.Pushes - before.fleet.Pushes)
 	for i := range r.replicas {
 		r.replicas[i].measure(before.at, after.at, before.replicas[i], after.replicas[i], backends[i])
 	}
@@ -806,9 +981,27 @@ func (p *scaleReplica) measure(from, to time.Time, before, after scaleReplicaSna
 	for res, v := range counterByLabel(a, "swell_autoscaler_scrapes_total", "result") {
 		p.scrapes[res] = v - counterByLabel(b, "swell_autoscaler_scrapes_total", "result")[res]
 	}
+	p.pushing, _ = gaugeOf(a, "swell_autoscaler_pods_pushing")
+	p.pushedReads = delta("swell_autoscaler_pushed_reads_total")
+	byLabel := func(name, label string) map[string]float64 {
+		out := map[string]float64{}
+		before := counterByLabel(b, name, label)
+		for k, v := range counterByLabel(a, name, label) {
+			if d := v - before[k]; d != 0 {
+				out[k] = d
+			}
+		}
+		return out
+	}
+	frames := byLabel("swell_autoscaler_push_frames_total", "result")
+	p.pushApplied, p.pushDropped = frames["applied"], frames["dropped"]
+	p.pushRejected = byLabel("swell_autoscaler_push_rejected_total", "reason")
+	p.pushClosed = byLabel("swell_autoscaler_push_disconnects_total", "reason")
+	decisions := byLabel("swell_autoscaler_decisions_total", "trigger")
+	p.pushDecisions, p.tickDecide = decisions["push"], decisions["tick"]
 	p.activators, _ = gaugeOf(a, "swell_autoscaler_activators_connected")
-	frames, frames0 := counterByLabel(a, "swell_autoscaler_activator_frames_total", "type"), counterByLabel(b, "swell_autoscaler_activator_frames_total", "type")
-	p.reports, p.pokes = frames["report"]-frames0["report"], frames["poke"]-frames0["poke"]
+	reports := byLabel("swell_autoscaler_activator_frames_total", "type")
+	p.reports, p.pokes = reports["report"], reports["poke"]
 
 	p.writes = map[string]uint64{}
 	for op, v := range after.backend.Writes {
@@ -925,11 +1118,12 @@ func latencies(steps []scaleStep, kind string) (ds []time.Duration, missed int) 
 	return ds, missed
 }
 
-// decideP99 is the p99 of the steps' latencies in milliseconds, a step
-// without a write counting as infinitely long: +Inf when the p99 falls on
-// one, NaN without steps.
-func decideP99(steps []scaleStep) float64 {
-	ds, missed := latencies(steps, "")
+// stepQuantile is the q-quantile (nearest rank) of the latencies of the
+// steps of a kind ("" for all) in milliseconds, a step without a write
+// counting as infinitely long: +Inf when the quantile falls on one, NaN
+// without steps.
+func stepQuantile(steps []scaleStep, kind string, q float64) float64 {
+	ds, missed := latencies(steps, kind)
 	all := make([]float64, 0, len(ds)+missed)
 	for _, d := range ds {
 		all = append(all, float64(d)/float64(time.Millisecond))
@@ -941,8 +1135,11 @@ func decideP99(steps []scaleStep) float64 {
 		return math.NaN()
 	}
 	slices.Sort(all)
-	return all[min(max(int(math.Ceil(0.99*float64(len(all))))-1, 0), len(all)-1)]
+	return all[min(max(int(math.Ceil(q*float64(len(all))))-1, 0), len(all)-1)]
 }
+
+// decideP99 is the p99 of every step's latency (stepQuantile).
+func decideP99(steps []scaleStep) float64 { return stepQuantile(steps, "", 0.99) }
 
 // steps are every replica's steps.
 func (r *scaleResult) steps() []scaleStep {
@@ -953,15 +1150,27 @@ func (r *scaleResult) steps() []scaleStep {
 	return all
 }
 
-// scaleLine is a one-leader size's one plain line, for grep and for the
-// record.
+// unsampled is the services a second the replica's rounds had no sample
+// of (swell_autoscaler_samples_missing_total over the window).
+func (p scaleReplica) unsampled(secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return p.missing / secs
+}
+
+// scaleLine is a one-leader size's one plain line in its mode, for grep
+// and for the record: CPU, memory, the services a second without a
+// sample, and the busy steps' latencies (the tick path, or pushing the
+// decision a sharp push triggers).
 func scaleLine(r scaleResult) string {
+	head := fmt.Sprintf("scale mode=%s services=%d pods=%d", r.mode, r.size.services, r.pods)
 	if !r.measured || len(r.replicas) == 0 {
-		return fmt.Sprintf("scale services=%d pods=%d failed=%q", r.size.services, r.pods, errString(r.err))
+		return fmt.Sprintf("%s failed=%q", head, errString(r.err))
 	}
 	p := r.replicas[0]
-	return fmt.Sprintf("scale services=%d pods=%d cpu_cores=%.2f rss_mib=%.0f scrape_p99_ms=%.0f decide_p99_ms=%s",
-		r.size.services, r.pods, p.cpu, float64(p.mem.RSS)/(1<<20), p.roundP99*1000, scaleMillis(decideP99(p.steps)))
+	return fmt.Sprintf("%s cpu_cores=%.2f rss_mib=%.0f unsampled=%.1f step_p50_ms=%s step_p99_ms=%s", head, p.cpu, float64(p.mem.RSS)/(1<<20),
+		p.unsampled(r.window.Seconds()), scaleMillis(stepQuantile(p.steps, pods.KindBusy, 0.5)), scaleMillis(stepQuantile(p.steps, pods.KindBusy, 0.99)))
 }
 
 func errString(err error) string {
@@ -1022,44 +1231,112 @@ func (f scaleFigures) failed() string {
 // millis formats seconds in milliseconds.
 func millis(v float64) string { return fmt.Sprintf("%.0f ms", v*1000) }
 
-// scaleSection is a one-leader size's table.
-func scaleSection(r scaleResult, tm scaleTiming) section {
-	s := section{title: fmt.Sprintf("Scale: %d services × %d pods", r.size.services, scalePodsPerService)}
-	if !r.measured || len(r.replicas) == 0 {
-		s.text = fmt.Sprintf("Did not run to the end: %v", errString(r.err))
-		s.notes = []string{fmt.Sprintf("Load average (1, 5, 15 min): %s before, %s after.", r.loadBefore, r.loadAfter)}
-		return s
+// scaleSection is a one-leader size's table: a column for each mode, run
+// one after the other in the same run.
+func scaleSection(rs []scaleResult, tm scaleTiming) section {
+	size := rs[0].size
+	s := section{title: fmt.Sprintf("Scale: %d services × %d pods", size.services, scalePodsPerService), header: []string{"metric"}}
+	for _, r := range rs {
+		s.header = append(s.header, r.mode)
 	}
-	p := r.replicas[0]
-	f := scaleFigures{p: p, secs: r.window.Seconds(), maxWait: tm.stepWait}
-	rows := [][]string{
-		{"services; the fleet's pods; pods ready at the end", fmt.Sprintf("%d; %d; %d", r.size.services, r.pods, p.readyPods)},
-		{"autoscaler CPU", fmt.Sprintf("%.2f cores", p.cpu)},
-		{"autoscaler RSS at the end; peak (VmHWM)", fmt.Sprintf("%s; %s", mib(p.mem.RSS), mib(p.mem.Peak))},
-		{"autoscaler goroutines; open files (limit)", fmt.Sprintf("%.0f; %.0f (%.0f)", p.goroutines, p.openFDs, p.maxFD)},
-		{"collection rounds; not started (previous still running)", fmt.Sprintf("%.0f; %.0f", p.rounds, p.roundsDropped)},
-		{"collection round, mean; p99", fmt.Sprintf("%s; %s", millis(p.roundMean), millis(p.roundP99))},
-		{"scrapes answered; one scrape's p99", fmt.Sprintf("%s; %s", f.per(p.scrapes["ok"]), millis(p.scrapeP99))},
-		{"scrapes failed", f.failed()},
-		{"service-seconds without a sample", f.per(p.missing)},
-		{"activators connected; their reports, pokes", fmt.Sprintf("%.0f; %s, %s", p.activators, f.per(p.reports), f.per(p.pokes))},
-		{"decision latency, load step → scale write: busy service (scrape, window, tick)", f.lat(pods.KindBusy)},
-		{"decision latency: service at zero woken (poke)", f.lat(pods.KindZero)},
-		{"scale writes; most in one second", fmt.Sprintf("%s; %d", f.per(float64(p.writes["scale"])), p.maxScaleWrite)},
-		{"route writes; prefer-removal writes", fmt.Sprintf("%s; %s", f.per(float64(p.writes["route"])), f.per(float64(p.writes["prefer-removal"])))},
-		{"fleet CPU; RSS at the end (processes)", fmt.Sprintf("%.2f cores; %s (%d)", r.fleetCPU, mib(r.fleetMem.RSS), r.fleetProcs)},
+	// row adds a metric, a cell a mode: "—" for a mode that did not
+	// measure, or where only the other has the figure (only pushing,
+	// when only push has it).
+	row := func(name string, pushOnly bool, cell func(f scaleFigures, r scaleResult) string) {
+		out := []string{name}
+		for _, r := range rs {
+			if !r.measured || len(r.replicas) == 0 || pushOnly && r.mode != scaleModePush {
+				out = append(out, "—")
+				continue
+			}
+			out = append(out, cell(scaleFigures{p: r.replicas[0], secs: r.window.Seconds(), maxWait: tm.stepWait}, r))
+		}
+		s.rows = append(s.rows, out)
 	}
-	s.text = fmt.Sprintf("Measured over %s after %s of settling. Rounds and scrapes are the autoscaler's own histograms "+
-		"(`swell_autoscaler_collection_round_duration_seconds`, `swell_autoscaler_scrape_duration_seconds`), their p99 "+
-		"interpolated within a bucket as `histogram_quantile` does.", r.window.Round(time.Second), tm.settle)
-	s.header = []string{"metric", "value"}
-	s.rows = rows
-	s.notes = append(s.notes, fmt.Sprintf("Load average (1, 5, 15 min): %s before, %s after.", r.loadBefore, r.loadAfter))
-	s.notes = append(s.notes, scaleConditions(r)...)
-	if r.err != nil {
-		s.notes = append(s.notes, fmt.Sprintf("**Failed after the window**: %v", r.err))
+	row("services; the fleet's pods; pods ready at the end", false, func(f scaleFigures, r scaleResult) string {
+		return fmt.Sprintf("%d; %d; %d", r.size.services, r.pods, f.p.readyPods)
+	})
+	row("**autoscaler CPU, of one core**", false, func(f scaleFigures, _ scaleResult) string { return fmt.Sprintf("%.2f", f.p.cpu) })
+	row("autoscaler RSS at the end; peak (VmHWM)", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", mib(f.p.mem.RSS), mib(f.p.mem.Peak))
+	})
+	row("autoscaler goroutines; open files (limit)", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%.0f; %.0f (%.0f)", f.p.goroutines, f.p.openFDs, f.p.maxFD)
+	})
+	row("**services without a sample, a second**", false, func(f scaleFigures, _ scaleResult) string { return fmt.Sprintf("%.1f", f.p.unsampled(f.secs)) })
+	row("collection rounds; not started (previous still running)", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%.0f; %.0f", f.p.rounds, f.p.roundsDropped)
+	})
+	row("collection round, mean; p99", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", millis(f.p.roundMean), millis(f.p.roundP99))
+	})
+	row("pod reports a round read: scraped; pushed", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", f.per(f.p.scrapes["ok"]), f.per(f.p.pushedReads))
+	})
+	row("one scrape's p99; scrapes failed", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", millis(f.p.scrapeP99), f.failed())
+	})
+	row("pods pushing at the end; frames applied, dropped", true, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%.0f; %s, %s", f.p.pushing, f.per(f.p.pushApplied), f.per(f.p.pushDropped))
+	})
+	row("push connections refused; closed", true, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", f.byReason(f.p.pushRejected), f.byReason(f.p.pushClosed))
+	})
+	row("decisions: every tick; on a sharp push", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", f.per(f.p.tickDecide), f.per(f.p.pushDecisions))
+	})
+	row("activators connected; their reports, pokes", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%.0f; %s, %s", f.p.activators, f.per(f.p.reports), f.per(f.p.pokes))
+	})
+	row("**busy step → scale write** (scrape or push, window, tick or sharp push)", false, func(f scaleFigures, _ scaleResult) string { return f.lat(pods.KindBusy) })
+	row("service at zero woken (poke) → scale write", false, func(f scaleFigures, _ scaleResult) string { return f.lat(pods.KindZero) })
+	row("scale writes; most in one second", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %d", f.per(float64(f.p.writes["scale"])), f.p.maxScaleWrite)
+	})
+	row("route writes; prefer-removal writes", false, func(f scaleFigures, _ scaleResult) string {
+		return fmt.Sprintf("%s; %s", f.per(float64(f.p.writes["route"])), f.per(float64(f.p.writes["prefer-removal"])))
+	})
+	row("fleet CPU; RSS at the end (processes)", false, func(_ scaleFigures, r scaleResult) string {
+		return fmt.Sprintf("%.2f cores; %s (%d)", r.fleetCPU, mib(r.fleetMem.RSS), r.fleetProcs)
+	})
+	row("frames the fleet's pods pushed", true, func(f scaleFigures, r scaleResult) string { return f.per(r.fleetFrames) })
+	row("fleet's pushes since it started: dials; redirects; refused (403); 503; failed; closed by the autoscaler", true, func(_ scaleFigures, r scaleResult) string {
+		fs := r.fleet
+		return fmt.Sprintf("%d; %d; %d; %d; %d; %d", fs.PushDials, fs.PushRedirects, fs.PushRefused, fs.PushUnavailable, fs.PushFailures, fs.PushClosed)
+	})
+	s.text = fmt.Sprintf("Each mode measured over %s after %s of settling (pushing, %s more: a pod's scrape connection idles out 10 s after "+
+		"its pushes take over), one after the other: `pull`, the autoscaler scrapes every ready pod "+
+		"every second; `push`, every pod keeps a websocket to it and pushes each period it closes, and on a step at once and 100 ms "+
+		"later, the autoscaler scraping only a pod without a fresh push. A busy step's latency runs from the first report that carries "+
+		"it: pulling, the first close of one of its pods' periods after it; pushing, the step itself. Rounds and scrapes are the "+
+		"autoscaler's own histograms (`swell_autoscaler_collection_round_duration_seconds`, `swell_autoscaler_scrape_duration_seconds`), "+
+		"their p99 interpolated within a bucket as `histogram_quantile` does.", tm.window.Round(time.Second), tm.settle, scalePushSettle)
+	for _, r := range rs {
+		note := func(format string, args ...any) { s.notes = append(s.notes, r.mode+": "+fmt.Sprintf(format, args...)) }
+		if !r.measured || len(r.replicas) == 0 {
+			note("did not run to the end: %v", errString(r.err))
+		}
+		note("load average (1, 5, 15 min) %s before, %s after.", r.loadBefore, r.loadAfter)
+		for _, c := range scaleConditions(r) {
+			note("%s", c)
+		}
+		if r.measured && r.err != nil {
+			note("**failed after the window**: %v", r.err)
+		}
 	}
 	return s
+}
+
+// byReason formats counts by reason as rates, "none" without any.
+func (f scaleFigures) byReason(by map[string]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(by)) {
+		parts = append(parts, fmt.Sprintf("%s %s", k, f.per(by[k])))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // scaleConditions says what limited a size, when something did.
@@ -1078,7 +1355,27 @@ func scaleConditions(r scaleResult) []string {
 		}
 		if p.scrapes["error"] > 0 && p.maxFD > 0 && p.openFDs >= 0.95*p.maxFD {
 			notes = append(notes, fmt.Sprintf("**%s ran out of file descriptors**: %.0f open of %.0f, one per pod it keeps a "+
-				"connection to; the `error` failures are dials refused.", who, p.openFDs, p.maxFD))
+				"connection to, scraping or pushing; the `error` failures are dials refused.", who, p.openFDs, p.maxFD))
+		}
+		if r.mode == scaleModePush && p.readyPods > 0 && p.pushing < 0.99*float64(p.readyPods) {
+			why := "the rest had not connected yet, or were refused"
+			if n := p.pushRejected["too-many"]; n > 0 {
+				why = fmt.Sprintf("the rest were refused (%.0f a second) for want of files: the open-file limit, %.0f, is below a push "+
+					"connection from every pod and room for the rest, so they were scraped", n/secs, p.maxFD)
+			}
+			notes = append(notes, fmt.Sprintf("**%s had push connections from %.0f of its %d ready pods**: %s.", who, p.pushing, p.readyPods, why))
+		}
+	}
+	if pushing := maxOf(r.replicas, func(p scaleReplica) float64 { return p.pushing }); r.mode == scaleModePush && pushing > 0 {
+		total := 0.0
+		for _, p := range r.replicas {
+			total += p.pushing
+		}
+		if rate := r.fleetFrames / secs; rate < 0.9*total {
+			notes = append(notes, fmt.Sprintf("**The fleet's pods pushed less than a frame a second each**: %.0f frames a second from %.0f "+
+				"connections, so each pod's latest push was %.1f s old on average: the fleet's processes, writing a frame per pod on loopback "+
+				"(the kernel's share of it, both ends, in their CPU), and the autoscalers did not all get the CPU they asked for (%.2f cores "+
+				"the fleet got). The autoscalers' figures are for the frames that came.", rate, total, total/rate, r.fleetCPU))
 		}
 	}
 	if r.fleetFDExhausted > 0 {
@@ -1090,13 +1387,13 @@ func scaleConditions(r scaleResult) []string {
 
 // scaleProfile takes a CPU profile of the autoscaler, after the window so
 // that the profiler's cost skews no figure.
-func scaleProfile(e *env, bin, adminURL string, n int, d time.Duration) section {
-	s := section{title: fmt.Sprintf("Scale: autoscaler CPU profile at %d services", n)}
+func scaleProfile(e *env, bin, adminURL string, n int, mode string, d time.Duration) section {
+	s := section{title: fmt.Sprintf("Scale: autoscaler CPU profile at %d services, %s", n, mode)}
 	if err := os.MkdirAll(e.opts.profileDir, 0o755); err != nil {
 		s.text = fmt.Sprintf("Skipped: %v", err)
 		return s
 	}
-	file := filepath.Join(e.opts.profileDir, fmt.Sprintf("scale-autoscaler-%d.pprof", n))
+	file := filepath.Join(e.opts.profileDir, fmt.Sprintf("scale-autoscaler-%d-%s.pprof", n, mode))
 	top, err := profileWithPprof(adminURL, bin, file, int(d.Seconds()), func() error { return nil })
 	if err != nil {
 		s.text = fmt.Sprintf("Failed: %v", err)

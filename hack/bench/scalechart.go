@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"html"
@@ -24,13 +25,16 @@ import (
 // the soak's chart (hack/soak/chart.go) and `swell sim`'s, and its axes
 // are pkg/axis's.
 
-// scalePoint is one size's line: the autoscaler's CPU in cores and its
-// resident memory in MiB; keptUp is false when a load step never led to a
-// scale write (decide_p99_ms=inf): the figures are then what the
-// autoscaler got through, not what the size needs. A point of shard is
-// one replica of a sharded autoscaler (a `scale-shard replica=I` line),
-// at the services of the buckets it leads.
+// scalePoint is one size's line in one mode: the autoscaler's CPU in
+// cores and its resident memory in MiB; keptUp is false when services
+// went without a sample (unsampled above 0) or a load step never led to a
+// scale write (step_p99_ms=inf, or decide_p99_ms=inf on a line of before
+// the modes): the figures are then what the autoscaler got through, not
+// what the size needs. A point of shard is one replica
+// of a sharded autoscaler (a `scale-shard replica=I` line), at the
+// services of the buckets it leads.
 type scalePoint struct {
+	mode     string
 	services int
 	cpu, rss float64
 	keptUp   bool
@@ -38,14 +42,20 @@ type scalePoint struct {
 	replica  int
 }
 
-// parseScaleLines reads the `scale services=N ...` lines in r, among any
-// other text: for each size the last line, in order of size; then the
-// `scale-shard replica=I ...` lines, for each replica the last, in order
-// of replica. A size that failed (failed=...) is left out. Every
-// malformed line is reported, by line number.
+// parseScaleLines reads the `scale [mode=M] services=N ...` lines in r,
+// among any other text: for each mode and size the last line, in order of
+// mode (scaleModes) and size; then the `scale-shard [mode=M] replica=I
+// ...` lines, for each mode and replica the last, in the same order. A
+// line without a mode is of before the modes, when the autoscaler only
+// pulled. A size that failed (failed=...) is left out. Every malformed
+// line is reported, by line number.
 func parseScaleLines(r io.Reader) ([]scalePoint, error) {
-	bySize := map[int]scalePoint{}
-	byReplica := map[int]scalePoint{}
+	type key struct {
+		mode string
+		n    int // services, or replica
+	}
+	bySize := map[key]scalePoint{}
+	byReplica := map[key]scalePoint{}
 	var errs []error
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
@@ -61,14 +71,25 @@ func parseScaleLines(r io.Reader) ([]scalePoint, error) {
 		if _, failed := kv["failed"]; failed {
 			continue
 		}
-		p := scalePoint{keptUp: kv["decide_p99_ms"] != "inf", shard: f[0] == "scale-shard"}
+		p := scalePoint{mode: scaleModePull, shard: f[0] == "scale-shard"}
 		if p.shard {
 			if _, ok := kv["replica"]; !ok {
 				continue // the line of all the replicas
 			}
 		}
+		p99, ok := kv["step_p99_ms"]
+		if !ok {
+			p99 = kv["decide_p99_ms"]
+		}
+		unsampled, err := strconv.ParseFloat(cmp.Or(kv["unsampled"], "0"), 64)
+		p.keptUp = p99 != "inf" && err == nil && unsampled == 0
 		var bad []string
-		var err error
+		if m, ok := kv["mode"]; ok {
+			if !slices.Contains(scaleModes, m) {
+				bad = append(bad, fmt.Sprintf("mode=%q (want %s)", m, strings.Join(scaleModes, " or ")))
+			}
+			p.mode = m
+		}
 		if p.services, err = strconv.Atoi(kv["services"]); err != nil || p.services <= 0 {
 			bad = append(bad, fmt.Sprintf("services=%q (want a count above 0)", kv["services"]))
 		}
@@ -90,9 +111,9 @@ func parseScaleLines(r io.Reader) ([]scalePoint, error) {
 			continue
 		}
 		if p.shard {
-			byReplica[p.replica] = p
+			byReplica[key{p.mode, p.replica}] = p
 		} else {
-			bySize[p.services] = p
+			bySize[key{p.mode, p.services}] = p
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -102,23 +123,30 @@ func parseScaleLines(r io.Reader) ([]scalePoint, error) {
 		return nil, errors.Join(errs...)
 	}
 	if len(bySize) == 0 {
-		return nil, errors.New("no `scale services=N ... cpu_cores=X rss_mib=Y` line")
+		return nil, errors.New("no `scale [mode=M] services=N ... cpu_cores=X rss_mib=Y` line")
 	}
+	byMode := func(a, b scalePoint) int { return slices.Index(scaleModes, a.mode) - slices.Index(scaleModes, b.mode) }
 	sizes, replicas := slices.Collect(maps.Values(bySize)), slices.Collect(maps.Values(byReplica))
-	slices.SortFunc(sizes, func(a, b scalePoint) int { return a.services - b.services })
-	slices.SortFunc(replicas, func(a, b scalePoint) int { return a.replica - b.replica })
+	slices.SortFunc(sizes, func(a, b scalePoint) int { return cmp.Or(byMode(a, b), a.services-b.services) })
+	slices.SortFunc(replicas, func(a, b scalePoint) int { return cmp.Or(byMode(a, b), a.replica-b.replica) })
 	return append(sizes, replicas...), nil
 }
 
-// scaleReplicaColor marks the replicas of a sharded autoscaler.
-const scaleReplicaColor = "#2ca02c"
+// scaleModeColors draw each mode's sizes and replicas.
+var scaleModeColors = map[string]string{scaleModePull: "#1f77b4", scaleModePush: "#ff7f0e"}
+
+// scaleModeLegend says what each mode is, in the legend.
+var scaleModeLegend = map[string]string{
+	scaleModePull: "pull: the autoscaler scrapes every pod every second",
+	scaleModePush: "push: the pods push their stats to the autoscaler",
+}
 
 // The chart's geometry, in SVG user units.
 const (
 	scaleChartWidth   = 720
 	scaleMarginLeft   = 64
 	scaleMarginRight  = 32
-	scalePanelTop     = 76
+	scalePanelTop     = 56
 	scaleLegendHeight = 20
 	scalePanelHeight  = 150
 	scalePanelGap     = 56
@@ -126,34 +154,45 @@ const (
 )
 
 // writeScaleChart draws pts as an SVG: CPU above, resident memory below,
-// against the services; a size that did not keep up is a hollow dot, and
-// each replica of a sharded autoscaler a square at the services it leads.
-// source says where the figures come from, under the title.
+// against the services, a line of sizes and a color for each mode; a
+// size that did not keep up is a hollow dot, and each replica of a
+// sharded autoscaler a square at the services it leads. source says
+// where the figures come from, under the title.
 func writeScaleChart(w io.Writer, source string, all []scalePoint) error {
-	var pts, replicas []scalePoint
+	var modes []string
+	sizes := map[string][]scalePoint{}
+	replicas := map[string][]scalePoint{}
 	for _, p := range all {
+		if !slices.Contains(modes, p.mode) {
+			modes = append(modes, p.mode)
+		}
 		if p.shard {
-			replicas = append(replicas, p)
+			replicas[p.mode] = append(replicas[p.mode], p)
 		} else {
-			pts = append(pts, p)
+			sizes[p.mode] = append(sizes[p.mode], p)
 		}
 	}
 	bw := bufio.NewWriter(w)
 	panels := []struct {
-		title, color string
-		v            func(scalePoint) float64
-		label        func(float64) string
+		title string
+		v     func(scalePoint) float64
+		label func(float64) string
 	}{
-		{"autoscaler CPU (cores: 1 is one core busy)", "#ff7f0e", func(p scalePoint) float64 { return p.cpu },
+		{"autoscaler CPU (cores: 1 is one core busy)", func(p scalePoint) float64 { return p.cpu },
 			func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }},
-		{"autoscaler resident memory (MiB)", "#1f77b4", func(p scalePoint) float64 { return p.rss },
+		{"autoscaler resident memory (MiB)", func(p scalePoint) float64 { return p.rss },
 			func(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }},
 	}
-	// A legend of the replicas, when there are any, under the source.
-	panelTop := scalePanelTop
-	if len(replicas) > 0 {
-		panelTop += scaleLegendHeight
+	// A legend under the source: each mode, when there are several or
+	// replicas; the replicas, when there are any.
+	var legend []string
+	if len(modes) > 1 || len(replicas) > 0 {
+		legend = append(legend, modes...)
 	}
+	if len(replicas) > 0 {
+		legend = append(legend, "")
+	}
+	panelTop := scalePanelTop + (len(legend)+1)*scaleLegendHeight
 	height := panelTop + len(panels)*(scalePanelHeight+scalePanelGap) - scalePanelGap + scaleBottom
 	maxServices := 0
 	for _, p := range all {
@@ -171,6 +210,39 @@ func writeScaleChart(w io.Writer, source string, all []scalePoint) error {
 	fmt.Fprintf(bw, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(bw, `<text x="%d" y="24" font-size="15" font-weight="bold">The autoscaler alone, against the services it scales (5 pods each)</text>`+"\n", scaleMarginLeft)
 	fmt.Fprintf(bw, `<text x="%d" y="44" fill="#444">%s</text>`+"\n", scaleMarginLeft, html.EscapeString(source))
+	for i, item := range legend {
+		y := scalePanelTop + i*scaleLegendHeight
+		if item == "" {
+			// One phrase for the modes whose replicas divide as many
+			// services alike, as they do in a run.
+			var phrases []string
+			byPhrase := map[string][]string{}
+			for _, m := range modes {
+				if rs := replicas[m]; len(rs) > 0 {
+					total := 0
+					for _, p := range rs {
+						total += p.services
+					}
+					ph := fmt.Sprintf("each of %d autoscaler replicas dividing %s services by buckets", len(rs), thousands(total))
+					if byPhrase[ph] == nil {
+						phrases = append(phrases, ph)
+					}
+					byPhrase[ph] = append(byPhrase[ph], m)
+				}
+			}
+			for j, ph := range phrases {
+				if len(modes) > 1 {
+					phrases[j] = ph + " (" + strings.Join(byPhrase[ph], ", ") + ")"
+				}
+			}
+			fmt.Fprintf(bw, `<rect x="%d" y="%d" width="8" height="8" fill="#444"/>`+"\n", scaleMarginLeft, y)
+			fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#444">%s</text>`+"\n", scaleMarginLeft+14, y+8,
+				html.EscapeString(strings.Join(phrases, "; ")+", at the services it leads"))
+			continue
+		}
+		fmt.Fprintf(bw, `<circle cx="%d" cy="%d" r="4" fill="%s"/>`+"\n", scaleMarginLeft+4, y+4, scaleModeColor(item))
+		fmt.Fprintf(bw, `<text x="%d" y="%d" fill="#444">%s</text>`+"\n", scaleMarginLeft+14, y+8, html.EscapeString(cmp.Or(scaleModeLegend[item], item)))
+	}
 
 	bottom := 0.0
 	for i, pn := range panels {
@@ -196,37 +268,45 @@ func writeScaleChart(w io.Writer, source string, all []scalePoint) error {
 		fmt.Fprintf(bw, `<rect x="%.1f" y="%.1f" width="%.1f" height="%d" fill="none" stroke="#444"/>`+"\n",
 			xOf(0), top, xOf(xEnd)-xOf(0), scalePanelHeight)
 		fmt.Fprintf(bw, `<text x="%.1f" y="%.1f" fill="#444">%s</text>`+"\n", xOf(0), top-8, html.EscapeString(pn.title))
-		// The sizes, joined in order (dashed to a size that did not keep
-		// up), each dot titled and labelled with its value.
-		for j := 1; j < len(pts); j++ {
-			a, b := pts[j-1], pts[j]
-			dash := ""
-			if !a.keptUp || !b.keptUp {
-				dash = ` stroke-dasharray="5,3"`
+		for mi, m := range modes {
+			color, pts := scaleModeColor(m), sizes[m]
+			// Each mode's sizes, joined in order (dashed to a size that
+			// did not keep up), each dot titled and labelled with its
+			// value: the first mode's labels above, the others' below.
+			for j := 1; j < len(pts); j++ {
+				a, b := pts[j-1], pts[j]
+				dash := ""
+				if !a.keptUp || !b.keptUp {
+					dash = ` stroke-dasharray="5,3"`
+				}
+				fmt.Fprintf(bw, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.6"%s/>`+"\n",
+					xOf(float64(a.services)), yOf(pn.v(a)), xOf(float64(b.services)), yOf(pn.v(b)), color, dash)
 			}
-			fmt.Fprintf(bw, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.6"%s/>`+"\n",
-				xOf(float64(a.services)), yOf(pn.v(a)), xOf(float64(b.services)), yOf(pn.v(b)), pn.color, dash)
-		}
-		for _, p := range pts {
-			x, y := xOf(float64(p.services)), yOf(pn.v(p))
-			fill, note := pn.color, ""
-			if !p.keptUp {
-				fill, note = "white", "; did not keep up"
+			labelDY := -10.0
+			if mi > 0 {
+				labelDY = 18
 			}
-			fmt.Fprintf(bw, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s" stroke="%s" stroke-width="1.6"><title>%s services: %s%s</title></circle>`+"\n",
-				x, y, fill, pn.color, thousands(p.services), pn.label(pn.v(p)), note)
-			fmt.Fprintf(bw, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s">%s</text>`+"\n", x, y-10, pn.color, pn.label(pn.v(p)))
-		}
-		// The replicas unlabelled: they sit among the sizes of as many
-		// services; their values are in their titles.
-		for _, p := range replicas {
-			x, y := xOf(float64(p.services)), yOf(pn.v(p))
-			fill, note := scaleReplicaColor, ""
-			if !p.keptUp {
-				fill, note = "white", "; did not keep up"
+			for _, p := range pts {
+				x, y := xOf(float64(p.services)), yOf(pn.v(p))
+				fill, note := color, ""
+				if !p.keptUp {
+					fill, note = "white", "; did not keep up"
+				}
+				fmt.Fprintf(bw, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s" stroke="%s" stroke-width="1.6"><title>%s, %s services: %s%s</title></circle>`+"\n",
+					x, y, fill, color, m, thousands(p.services), pn.label(pn.v(p)), note)
+				fmt.Fprintf(bw, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="%s">%s</text>`+"\n", x, y+labelDY, color, pn.label(pn.v(p)))
 			}
-			fmt.Fprintf(bw, `<rect x="%.1f" y="%.1f" width="8" height="8" fill="%s" stroke="%s" stroke-width="1.6"><title>replica %d of a sharded autoscaler, %s services: %s%s</title></rect>`+"\n",
-				x-4, y-4, fill, scaleReplicaColor, p.replica, thousands(p.services), pn.label(pn.v(p)), note)
+			// The replicas unlabelled: they sit among the sizes of as
+			// many services; their values are in their titles.
+			for _, p := range replicas[m] {
+				x, y := xOf(float64(p.services)), yOf(pn.v(p))
+				fill, note := color, ""
+				if !p.keptUp {
+					fill, note = "white", "; did not keep up"
+				}
+				fmt.Fprintf(bw, `<rect x="%.1f" y="%.1f" width="8" height="8" fill="%s" stroke="%s" stroke-width="1.6"><title>%s, replica %d of a sharded autoscaler, %s services: %s%s</title></rect>`+"\n",
+					x-4, y-4, fill, color, m, p.replica, thousands(p.services), pn.label(pn.v(p)), note)
+			}
 		}
 	}
 	// The services axis, under the lower panel.
@@ -237,21 +317,15 @@ func writeScaleChart(w io.Writer, source string, all []scalePoint) error {
 	}
 	label := "services"
 	if slices.ContainsFunc(all, func(p scalePoint) bool { return !p.keptUp }) {
-		label += "; hollow: did not keep up (a load step never led to a scale write), the figures are what it got through"
-	}
-	if len(replicas) > 0 {
-		total := 0
-		for _, p := range replicas {
-			total += p.services
-		}
-		fmt.Fprintf(bw, `<rect x="%d" y="56" width="8" height="8" fill="%s"/>`+"\n", scaleMarginLeft, scaleReplicaColor)
-		fmt.Fprintf(bw, `<text x="%d" y="64" fill="#444">%s</text>`+"\n", scaleMarginLeft+14,
-			html.EscapeString(fmt.Sprintf("each of %d autoscaler replicas dividing %s services by buckets, at the services it leads", len(replicas), thousands(total))))
+		label += "; hollow: did not keep up (services went without a sample, or a load step never led to a scale write), the figures are what it got through"
 	}
 	fmt.Fprintf(bw, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#444">%s</text>`+"\n", scaleMarginLeft+plotW/2, bottom+38, html.EscapeString(label))
 	fmt.Fprintln(bw, `</svg>`)
 	return bw.Flush()
 }
+
+// scaleModeColor is the color of a mode's points.
+func scaleModeColor(mode string) string { return cmp.Or(scaleModeColors[mode], "#444") }
 
 // writeScaleChartFile draws the chart of the scale lines in lines (a
 // run's, a report's or a document's) into path; source says which. The

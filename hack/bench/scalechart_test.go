@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,10 +29,11 @@ func TestParseScaleLines(t *testing.T) {
 	}
 	// The last line of each size, in order of size; the failed size left
 	// out.
+	// Lines of before the modes are pull's.
 	want := []scalePoint{
-		{services: 1000, cpu: 0.24, rss: 138, keptUp: true},
-		{services: 3000, cpu: 0.65, rss: 369, keptUp: true},
-		{services: 10000, cpu: 1.16, rss: 715, keptUp: false},
+		{mode: "pull", services: 1000, cpu: 0.24, rss: 138, keptUp: true},
+		{mode: "pull", services: 3000, cpu: 0.65, rss: 369, keptUp: true},
+		{mode: "pull", services: 10000, cpu: 1.16, rss: 715, keptUp: false},
 	}
 	if len(pts) != len(want) {
 		t.Fatalf("points %+v, want %+v", pts, want)
@@ -48,7 +50,8 @@ func TestParseScaleLinesErrors(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"no figures here\n", []string{"no `scale services=N"}},
+		{"no figures here\n", []string{"no `scale [mode=M] services=N"}},
+		{"scale mode=poll services=1000 cpu_cores=0.2 rss_mib=1\n", []string{`line 1: mode="poll" (want pull or push)`}},
 		// Every problem, by line.
 		{"x\nscale services=ten cpu_cores=0.2 rss_mib=-1\nscale services=1000 cpu_cores=Inf rss_mib=3\n",
 			[]string{`line 2: services="ten"`, `rss_mib="-1" (want a number, 0 or more)`, `line 3: cpu_cores="Inf"`}},
@@ -90,7 +93,7 @@ func TestWriteScaleChart(t *testing.T) {
 	for _, want := range []string{
 		"the scale lines of a &lt;test&gt;",
 		"autoscaler CPU", "autoscaler resident memory (MiB)",
-		"<title>10,000 services: 1.16; did not keep up</title>", "<title>3,000 services: 369</title>",
+		"<title>pull, 10,000 services: 1.16; did not keep up</title>", "<title>pull, 3,000 services: 369</title>",
 		">10,000</text>", "hollow: did not keep up",
 	} {
 		if !strings.Contains(svg, want) {
@@ -145,8 +148,8 @@ func TestScaleChartShardedReplicas(t *testing.T) {
 		}
 	}
 	want := []scalePoint{
-		{services: 3997, cpu: 0.19, rss: 143, shard: true, replica: 0},
-		{services: 3000, cpu: 0.15, rss: 108, keptUp: true, shard: true, replica: 1},
+		{mode: "pull", services: 3997, cpu: 0.19, rss: 143, shard: true, replica: 0},
+		{mode: "pull", services: 3000, cpu: 0.15, rss: 108, keptUp: true, shard: true, replica: 1},
 	}
 	if len(pts) != 5 || len(replicas) != 2 || replicas[0] != want[0] || replicas[1] != want[1] {
 		t.Fatalf("points %+v; replicas %+v, want %+v", pts, replicas, want)
@@ -167,8 +170,8 @@ func TestScaleChartShardedReplicas(t *testing.T) {
 	svg := string(b)
 	for _, want := range []string{
 		"each of 2 autoscaler replicas dividing 6,997 services by buckets, at the services it leads",
-		"<title>replica 0 of a sharded autoscaler, 3,997 services: 0.19; did not keep up</title>",
-		"<title>replica 1 of a sharded autoscaler, 3,000 services: 108</title>",
+		"<title>pull, replica 0 of a sharded autoscaler, 3,997 services: 0.19; did not keep up</title>",
+		"<title>pull, replica 1 of a sharded autoscaler, 3,000 services: 108</title>",
 	} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("chart lacks %q", want)
@@ -177,5 +180,58 @@ func TestScaleChartShardedReplicas(t *testing.T) {
 	// The sizes are still joined by one line each, the replicas by none.
 	if n := strings.Count(svg, `stroke-width="1.6"/>`) + strings.Count(svg, `stroke-width="1.6" stroke-dasharray="5,3"/>`); n != 4 {
 		t.Errorf("%d lines between points, want 4", n)
+	}
+}
+
+// Pull and push side by side: a line of sizes and a color for each mode,
+// and a legend that says which is which.
+func TestScaleChartModes(t *testing.T) {
+	doc := "```\n" +
+		"scale services=1000 pods=5000 cpu_cores=0.30 rss_mib=50 scrape_p99_ms=246 decide_p99_ms=5166\n" +
+		"scale mode=pull services=1000 pods=5000 cpu_cores=0.11 rss_mib=46 unsampled=0.0 step_p50_ms=3260 step_p99_ms=5170\n" +
+		"scale mode=push services=1000 pods=5000 cpu_cores=0.05 rss_mib=52 unsampled=0.0 step_p50_ms=160 step_p99_ms=240\n" +
+		"scale mode=pull services=10000 pods=50000 cpu_cores=0.75 rss_mib=333 unsampled=6829.0 step_p50_ms=3610 step_p99_ms=3900\n" +
+		"scale mode=push services=10000 pods=50000 cpu_cores=0.45 rss_mib=420 unsampled=0.0 step_p50_ms=170 step_p99_ms=300\n" +
+		"scale-shard mode=push replica=0 buckets=4 services=3997 pods=19985 cpu_cores=0.20 rss_mib=160 unsampled=0.0 scrape_p99_ms=100 decide_p99_ms=300\n" +
+		"```\n"
+	pts, err := parseScaleLines(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// In order of mode and size; the line without a mode is pull's, and
+	// the later pull line of 1,000 services replaces it; a size whose
+	// services went without a sample did not keep up.
+	want := []scalePoint{
+		{mode: "pull", services: 1000, cpu: 0.11, rss: 46, keptUp: true},
+		{mode: "pull", services: 10000, cpu: 0.75, rss: 333},
+		{mode: "push", services: 1000, cpu: 0.05, rss: 52, keptUp: true},
+		{mode: "push", services: 10000, cpu: 0.45, rss: 420, keptUp: true},
+		{mode: "push", services: 3997, cpu: 0.20, rss: 160, keptUp: true, shard: true},
+	}
+	if !slices.Equal(pts, want) {
+		t.Fatalf("points\n%+v\nwant\n%+v", pts, want)
+	}
+	var b strings.Builder
+	if err := writeScaleChart(&b, "test", pts); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	for _, want := range []string{
+		"pull: the autoscaler scrapes every pod every second", "push: the pods push their stats to the autoscaler",
+		"each of 1 autoscaler replicas dividing 3,997 services by buckets (push), at the services it leads",
+		`<title>push, 10,000 services: 0.45</title>`, `<title>pull, 10,000 services: 0.75; did not keep up</title>`,
+		`<title>push, replica 0 of a sharded autoscaler, 3,997 services: 0.20</title>`,
+	} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+	// A line from 1,000 to 10,000 for each mode in each panel, pull's to
+	// a size that did not keep up dashed.
+	if n := strings.Count(svg, `stroke="#1f77b4" stroke-width="1.6" stroke-dasharray="5,3"/>`); n != 2 {
+		t.Errorf("%d dashed pull lines, want 2", n)
+	}
+	if n := strings.Count(svg, `stroke="#ff7f0e" stroke-width="1.6"/>`); n != 2 {
+		t.Errorf("%d push lines, want 2", n)
 	}
 }

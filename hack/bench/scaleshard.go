@@ -16,27 +16,30 @@ import (
 // fixed here, at the even share the Leases settle at: the election itself
 // is tested on a cluster (hack/cluster/e2e/swell_shard_test.go).
 
-// scaleShardLines are a sharded size's plain lines: one per replica, with
-// the fleet's services and pods in the buckets it leads, then one for all
-// of them together (CPU and memory summed, the slowest round, every step)
-// with the most loaded replica's CPU over the least's.
+// scaleShardLines are a sharded size's plain lines in its mode: one per
+// replica, with the fleet's services and pods in the buckets it leads,
+// then one for all of them together (CPU, memory and services without a
+// sample summed, the slowest round, every step) with the most loaded
+// replica's CPU over the least's.
 func scaleShardLines(r scaleResult) []string {
-	head := fmt.Sprintf("scale-shard replicas=%d buckets=%d services=%d pods=%d", r.size.replicas, r.size.buckets, r.size.services, r.pods)
+	head := fmt.Sprintf("scale-shard mode=%s replicas=%d buckets=%d services=%d pods=%d", r.mode, r.size.replicas, r.size.buckets, r.size.services, r.pods)
 	if !r.measured || len(r.replicas) == 0 {
 		return []string{fmt.Sprintf("%s failed=%q", head, errString(r.err))}
 	}
 	var lines []string
-	var cpu, rss, round float64
+	var cpu, rss, unsampled, round float64
+	secs := r.window.Seconds()
 	for i, p := range r.replicas {
-		lines = append(lines, fmt.Sprintf("scale-shard replica=%d buckets=%d services=%d pods=%d cpu_cores=%.2f rss_mib=%.0f scrape_p99_ms=%.0f decide_p99_ms=%s",
-			i, len(p.lead), p.services, p.pods, p.cpu, float64(p.mem.RSS)/(1<<20), p.roundP99*1000, scaleMillis(decideP99(p.steps))))
+		lines = append(lines, fmt.Sprintf("scale-shard mode=%s replica=%d buckets=%d services=%d pods=%d cpu_cores=%.2f rss_mib=%.0f unsampled=%.1f scrape_p99_ms=%.0f decide_p99_ms=%s",
+			r.mode, i, len(p.lead), p.services, p.pods, p.cpu, float64(p.mem.RSS)/(1<<20), p.unsampled(secs), p.roundP99*1000, scaleMillis(decideP99(p.steps))))
 		cpu += p.cpu
 		rss += float64(p.mem.RSS) / (1 << 20)
+		unsampled += p.unsampled(secs)
 		round = max(round, p.roundP99)
 	}
 	cpuSpread, _ := r.spread(func(p scaleReplica) float64 { return p.cpu })
-	lines = append(lines, fmt.Sprintf("%s cpu_cores=%.2f rss_mib=%.0f scrape_p99_ms=%.0f decide_p99_ms=%s cpu_max_min=%.2f",
-		head, cpu, rss, round*1000, scaleMillis(decideP99(r.steps())), cpuSpread))
+	lines = append(lines, fmt.Sprintf("%s cpu_cores=%.2f rss_mib=%.0f unsampled=%.1f scrape_p99_ms=%.0f decide_p99_ms=%s cpu_max_min=%.2f",
+		head, cpu, rss, unsampled, round*1000, scaleMillis(decideP99(r.steps())), cpuSpread))
 	return lines
 }
 
@@ -56,11 +59,11 @@ func (r *scaleResult) spread(v func(scaleReplica) float64) (float64, bool) {
 	return hi / lo, true
 }
 
-// scaleShardSection is a sharded size's table: a column per replica, their
-// sum and spread, and the one leader of the same services in the same run
-// (single, nil when it was not measured).
+// scaleShardSection is a sharded size's table in its mode: a column per
+// replica, their sum and spread, and the one leader of the same services
+// in the same mode and run (single, nil when it was not measured).
 func scaleShardSection(r scaleResult, single *scaleResult, tm scaleTiming) section {
-	s := section{title: fmt.Sprintf("Scale: %d services × %d pods, %d buckets led by %d autoscalers", r.size.services, scalePodsPerService, r.size.buckets, r.size.replicas)}
+	s := section{title: fmt.Sprintf("Scale: %d services × %d pods, %d buckets led by %d autoscalers, %s", r.size.services, scalePodsPerService, r.size.buckets, r.size.replicas, r.mode)}
 	if !r.measured || len(r.replicas) == 0 {
 		s.text = fmt.Sprintf("Did not run to the end: %v", errString(r.err))
 		s.notes = []string{fmt.Sprintf("Load average (1, 5, 15 min): %s before, %s after.", r.loadBefore, r.loadAfter)}
@@ -133,8 +136,19 @@ func scaleShardSection(r scaleResult, single *scaleResult, tm scaleTiming) secti
 		return fmt.Sprintf("%s; %s", f.per(f.p.scrapes["ok"]), millis(f.p.scrapeP99))
 	}, func() string { return fmt.Sprintf("%.0f/s", sum(ok)/secs) }, ok)
 	row("scrapes failed", scaleFigures.failed, nil, nil)
-	row("service-seconds without a sample", func(f scaleFigures) string { return f.per(f.p.missing) },
-		func() string { return fmt.Sprintf("%.0f/s", sum(missing)/secs) }, nil)
+	row("**services without a sample, a second**", func(f scaleFigures) string { return fmt.Sprintf("%.1f", f.p.unsampled(f.secs)) },
+		func() string { return fmt.Sprintf("%.1f", sum(missing)/secs) }, nil)
+	if r.mode == scaleModePush {
+		pushing := func(p scaleReplica) float64 { return p.pushing }
+		row("pods pushing at the end; frames applied", func(f scaleFigures) string {
+			return fmt.Sprintf("%.0f; %s", f.p.pushing, f.per(f.p.pushApplied))
+		}, func() string { return fmt.Sprintf("%.0f", sum(pushing)) }, pushing)
+		row("pod reports a round read from pushes", func(f scaleFigures) string { return f.per(f.p.pushedReads) }, nil, nil)
+		row("push connections refused (redirected: elsewhere); closed", func(f scaleFigures) string {
+			return fmt.Sprintf("%s; %s", f.byReason(f.p.pushRejected), f.byReason(f.p.pushClosed))
+		}, nil, nil)
+		row("decisions on a sharp push", func(f scaleFigures) string { return f.per(f.p.pushDecisions) }, nil, nil)
+	}
 	row("activators connected; their reports, pokes", func(f scaleFigures) string {
 		return fmt.Sprintf("%.0f; %s, %s", f.p.activators, f.per(f.p.reports), f.per(f.p.pokes))
 	}, nil, nil)
@@ -148,17 +162,28 @@ func scaleShardSection(r scaleResult, single *scaleResult, tm scaleTiming) secti
 	row("route writes", func(f scaleFigures) string { return f.per(float64(f.p.writes["route"])) },
 		func() string { return fmt.Sprintf("%.0f/s", sum(route)/secs) }, nil)
 
+	how, settle := "", tm.settle
+	if r.mode == scaleModePush {
+		how = "The pods push to the replicas spread evenly, as over a Service's endpoints; a replica redirects (307) a pod whose service " +
+			"it does not lead to the replica that does, which the pod follows, and dials directly from then on. "
+		settle += scalePushSettle
+	}
 	s.text = fmt.Sprintf("The fleet of the one-leader size, its activators reporting each service to the replica leading its bucket "+
-		"(`reporter.Pool`), and %d autoscaler processes, replica i leading the buckets b with b mod %d = i (fixed: no Leases). "+
+		"(`reporter.Pool`), and %d autoscaler processes, replica i leading the buckets b with b mod %d = i (fixed: no Leases). %s"+
 		"Measured over %s after %s of settling; each replica's services were stepped %d times. \"all\" sums the replicas "+
 		"(every step, for the latencies); \"max ÷ min\" is the most loaded replica's figure over the least loaded's.",
-		r.size.replicas, r.size.replicas, r.window.Round(time.Second), tm.settle, tm.steps)
+		r.size.replicas, r.size.replicas, how, r.window.Round(time.Second), settle, tm.steps)
 	if one {
 		s.notes = append(s.notes, fmt.Sprintf("Against one leader of the same services in this run: CPU %.2f of %.2f cores in all (%.2f×), "+
 			"the most loaded replica %.2f× the one leader's.", sum(cpu), single.replicas[0].cpu, sum(cpu)/single.replicas[0].cpu,
 			maxOf(r.replicas, cpu)/single.replicas[0].cpu))
 	}
 	s.notes = append(s.notes, fmt.Sprintf("Fleet: %.2f cores, %s resident at the end, over %d processes.", r.fleetCPU, mib(r.fleetMem.RSS), r.fleetProcs))
+	if fs := r.fleet; r.mode == scaleModePush {
+		s.notes = append(s.notes, fmt.Sprintf("The fleet's pushes: %.0f frames a second in the window; since it started, %d dials, %d redirects "+
+			"followed, %d refused (403), %d answered 503, %d failed, %d connections closed by the autoscaler; %d open at the end.",
+			r.fleetFrames/secs, fs.PushDials, fs.PushRedirects, fs.PushRefused, fs.PushUnavailable, fs.PushFailures, fs.PushClosed, fs.Pushing))
+	}
 	s.notes = append(s.notes, fmt.Sprintf("Load average (1, 5, 15 min): %s before, %s after.", r.loadBefore, r.loadAfter))
 	s.notes = append(s.notes, scaleConditions(r)...)
 	if r.err != nil {

@@ -47,14 +47,18 @@ func TestScaleFleetProcesses(t *testing.T) {
 		{15000, 20000, 1},
 		{18976, 20000, 1},
 		{18977, 20000, 2},
-		{50000, 20000, 3}, // this machine's 10,000 services
+		{50000, 20000, 3},  // this machine's 10,000 services, pulling
+		{100000, 20000, 6}, // and pushing
 		{50000, 1 << 20, 1},
 		{50000, 0, 1}, // unknown
 		{50000, 1000, 1},
 	} {
 		if got := scaleFleetProcesses(tt.pods, tt.limit); got != tt.want {
-			t.Errorf("%d pods, limit %d: %d processes, want %d", tt.pods, tt.limit, got, tt.want)
+			t.Errorf("%d connections, limit %d: %d processes, want %d", tt.pods, tt.limit, got, tt.want)
 		}
+	}
+	if scaleFleetConns(50000, scaleModePull) != 50000 || scaleFleetConns(50000, scaleModePush) != 100000 {
+		t.Errorf("50,000 pods hold %d connections pulled, %d pushing", scaleFleetConns(50000, scaleModePull), scaleFleetConns(50000, scaleModePush))
 	}
 }
 
@@ -83,23 +87,26 @@ func shardResult() scaleResult {
 			roundP99: round, rounds: 60, scrapes: map[string]float64{"ok": float64(services) * 240}, activators: 3,
 			writes: map[string]uint64{"scale": uint64(services / 10)}, steps: steps}
 	}
-	return scaleResult{size: scaleSize{services: 10000, buckets: 10, replicas: 3}, pods: 50000, measured: true, window: time.Minute,
+	r := scaleResult{size: scaleSize{services: 10000, buckets: 10, replicas: 3}, mode: scaleModePull, pods: 50000, measured: true, window: time.Minute,
 		fleetProcs: 3, fleetCPU: 0.3,
 		replicas: []scaleReplica{
 			rep([]int{0, 3, 6, 9}, 3990, 0.40, 300, 0.25, step(pods.KindBusy, 2000), step(pods.KindZero, 2)),
 			rep([]int{1, 4, 7}, 3020, 0.50, 250, 0.30, step(pods.KindBusy, 3500)),
 			rep([]int{2, 5, 8}, 2990, 0.25, 240, 0.20, step(pods.KindBusy, -1)),
 		}}
+	r.replicas[1].missing = 120 // 2 services a second
+	return r
 }
 
 func TestScaleShardLines(t *testing.T) {
 	got := scaleShardLines(shardResult())
 	want := []string{
-		"scale-shard replica=0 buckets=4 services=3990 pods=19950 cpu_cores=0.40 rss_mib=300 scrape_p99_ms=250 decide_p99_ms=2000",
-		"scale-shard replica=1 buckets=3 services=3020 pods=15100 cpu_cores=0.50 rss_mib=250 scrape_p99_ms=300 decide_p99_ms=3500",
-		"scale-shard replica=2 buckets=3 services=2990 pods=14950 cpu_cores=0.25 rss_mib=240 scrape_p99_ms=200 decide_p99_ms=inf",
-		// CPU and memory summed, the slowest round, every step, 0.50 ÷ 0.25.
-		"scale-shard replicas=3 buckets=10 services=10000 pods=50000 cpu_cores=1.15 rss_mib=790 scrape_p99_ms=300 decide_p99_ms=inf cpu_max_min=2.00",
+		"scale-shard mode=pull replica=0 buckets=4 services=3990 pods=19950 cpu_cores=0.40 rss_mib=300 unsampled=0.0 scrape_p99_ms=250 decide_p99_ms=2000",
+		"scale-shard mode=pull replica=1 buckets=3 services=3020 pods=15100 cpu_cores=0.50 rss_mib=250 unsampled=2.0 scrape_p99_ms=300 decide_p99_ms=3500",
+		"scale-shard mode=pull replica=2 buckets=3 services=2990 pods=14950 cpu_cores=0.25 rss_mib=240 unsampled=0.0 scrape_p99_ms=200 decide_p99_ms=inf",
+		// CPU, memory and services without a sample summed, the slowest
+		// round, every step, 0.50 ÷ 0.25.
+		"scale-shard mode=pull replicas=3 buckets=10 services=10000 pods=50000 cpu_cores=1.15 rss_mib=790 unsampled=2.0 scrape_p99_ms=300 decide_p99_ms=inf cpu_max_min=2.00",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("lines\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -108,8 +115,8 @@ func TestScaleShardLines(t *testing.T) {
 	if pts, err := parseScaleLines(strings.NewReader(strings.Join(got, "\n"))); err == nil {
 		t.Errorf("the chart read sharded lines: %v", pts)
 	}
-	failed := scaleResult{size: scaleSize{services: 10000, buckets: 10, replicas: 3}, pods: 50000, err: errors.New("fleet exited")}
-	if got, want := scaleShardLines(failed), []string{`scale-shard replicas=3 buckets=10 services=10000 pods=50000 failed="fleet exited"`}; !slices.Equal(got, want) {
+	failed := scaleResult{size: scaleSize{services: 10000, buckets: 10, replicas: 3}, mode: scaleModePush, pods: 50000, err: errors.New("fleet exited")}
+	if got, want := scaleShardLines(failed), []string{`scale-shard mode=push replicas=3 buckets=10 services=10000 pods=50000 failed="fleet exited"`}; !slices.Equal(got, want) {
 		t.Errorf("failed: %q, want %q", got, want)
 	}
 }
@@ -152,4 +159,26 @@ func TestScaleShardSection(t *testing.T) {
 	if s := scaleShardSection(r, nil, scaleTimings(false)); len(s.header) != len(wantHeader)-1 {
 		t.Errorf("without the one leader: header %q", s.header)
 	}
+	if got := rows["**services without a sample, a second**"]; !slices.Equal(got, []string{"0.0", "2.0", "0.0", "2.0", "", "0.0"}) {
+		t.Errorf("services without a sample: %q", got)
+	}
+
+	// Pushing, the pushes have rows of their own, and the title says so.
+	r.mode = scaleModePush
+	for i := range r.replicas {
+		r.replicas[i].pushing = float64(r.replicas[i].readyPods)
+	}
+	s = scaleShardSection(r, nil, scaleTimings(false))
+	if !strings.HasSuffix(s.title, "led by 3 autoscalers, push") || !strings.Contains(s.text, "redirects (307)") {
+		t.Errorf("pushing: title %q, text %q", s.title, s.text)
+	}
+	for _, row := range s.rows {
+		if row[0] == "pods pushing at the end; frames applied" {
+			if want := []string{row[0], "15960; 0/s", "12080; 0/s", "11960; 0/s", "40000", "1.33×"}; !slices.Equal(row, want) {
+				t.Errorf("pods pushing: %q, want %q", row, want)
+			}
+			return
+		}
+	}
+	t.Errorf("pushing, no row of the pods pushing: %q", s.rows)
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/swell-run/swell/autoscaler/collector"
 	"github.com/swell-run/swell/autoscaler/plan"
 	"github.com/swell-run/swell/autoscaler/scaler"
 	"github.com/swell-run/swell/pkg/service"
@@ -31,9 +34,12 @@ type backend struct {
 }
 
 // podsListener is what follows the ready pods: the autoscaler's loop.
+// ClosePushes closes the push connections of a service's pods, as their
+// deletion does on Kubernetes.
 type podsListener interface {
 	SetPods(key service.Key, addrs []string)
 	Resync(key service.Key)
+	ClosePushes(moved func(service.Key) bool)
 }
 
 // op is a kind of write.
@@ -66,8 +72,9 @@ type record struct {
 }
 
 var (
-	_ scaler.Backend = (*backend)(nil)
-	_ scaler.Trimmer = (*backend)(nil)
+	_ scaler.Backend        = (*backend)(nil)
+	_ scaler.Trimmer        = (*backend)(nil)
+	_ collector.PodResolver = (*backend)(nil)
 )
 
 func newBackend(clk clock.PassiveClock) *backend {
@@ -133,8 +140,26 @@ func (b *backend) SetScale(_ context.Context, key service.Key, n int) error {
 	if changed && b.loop != nil {
 		b.loop.SetPods(key, pods)
 		b.loop.Resync(key)
+		if ready == 0 {
+			// Its pods are gone, and with them their pushes. (Pods a
+			// scale down short of zero removes push on: their frames are
+			// kept for no round, and the fleet's pods never stop.)
+			b.loop.ClosePushes(func(k service.Key) bool { return k == key })
+		}
 	}
 	return nil
+}
+
+// PodAddr implements collector.PodResolver as Kubernetes' does, by the
+// pod's address: a push connection is the pod it claims to be if that is
+// a ready pod of the service, and from loopback, where every pod of the
+// fleet is. (The fleet's pods connect from their own addresses; as in
+// swell local, the claimed address names the pod.)
+func (b *backend) PodAddr(svc service.Key, remote netip.AddrPort, claimed string) (string, bool) {
+	if !remote.Addr().IsLoopback() || !slices.Contains(b.ready(svc), claimed) {
+		return "", false
+	}
+	return claimed, true
 }
 
 // SetRoute implements scaler.Backend: the switch takes effect at once.

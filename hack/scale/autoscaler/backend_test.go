@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"testing"
 	"time"
@@ -24,6 +25,14 @@ func (l *loopCalls) SetPods(key service.Key, addrs []string) {
 }
 
 func (l *loopCalls) Resync(key service.Key) { *l = append(*l, "resync "+key.String()) }
+
+func (l *loopCalls) ClosePushes(moved func(service.Key) bool) {
+	for _, k := range []service.Key{keyA, keyZ} {
+		if moved(k) {
+			*l = append(*l, "close pushes "+k.String())
+		}
+	}
+}
 
 var (
 	keyA = service.Key{Namespace: "scale", Name: "a"}
@@ -54,7 +63,8 @@ func TestBackendFollowsScale(t *testing.T) {
 	}{
 		{5, 3, nil},
 		{2, 2, []string{"pods scale/a [p1 p2]", "resync scale/a"}},
-		{0, 0, []string{"pods scale/a []", "resync scale/a"}},
+		// At zero its pods are gone, their push connections too.
+		{0, 0, []string{"pods scale/a []", "resync scale/a", "close pushes scale/a"}},
 		{1, 1, []string{"pods scale/a [p1]", "resync scale/a"}},
 	}
 	for _, s := range steps {
@@ -135,5 +145,39 @@ func TestAddServicesByKind(t *testing.T) {
 		if st.Ready != want.ready || st.Route != want.route || st.Requested != want.route || specs[i].MinScale != want.minScale {
 			t.Errorf("%s: %+v, min-scale %d; want %d ready via %s, min-scale %d", key, st, specs[i].MinScale, want.ready, want.route, want.minScale)
 		}
+	}
+}
+
+// A push connection is the pod it claims only if that is a ready pod of
+// the service, and only from loopback.
+func TestBackendResolvesPushes(t *testing.T) {
+	b := newBackend(clocktesting.NewFakePassiveClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)))
+	b.loop = &loopCalls{}
+	b.add(keyA, []string{"127.1.0.1:9090", "127.1.0.2:9090", "127.1.0.3:9090"}, plan.Status{Desired: 2, Route: plan.RoutePods, Requested: plan.RoutePods})
+	lo := netip.MustParseAddrPort("127.1.0.2:40000")
+	for _, tt := range []struct {
+		svc     service.Key
+		remote  netip.AddrPort
+		claimed string
+		ok      bool
+	}{
+		{keyA, lo, "127.1.0.2:9090", true},
+		{keyA, netip.MustParseAddrPort("127.0.0.1:40000"), "127.1.0.1:9090", true},
+		{keyA, lo, "127.1.0.3:9090", false}, // the fleet's, not ready
+		{keyA, lo, "127.1.0.9:9090", false}, // no pod of the service
+		{keyZ, lo, "127.1.0.1:9090", false}, // another service's
+		{keyA, netip.MustParseAddrPort("10.0.0.1:40000"), "127.1.0.1:9090", false},
+		{keyA, netip.AddrPort{}, "127.1.0.1:9090", false},
+	} {
+		if addr, ok := b.PodAddr(tt.svc, tt.remote, tt.claimed); ok != tt.ok || ok && addr != tt.claimed {
+			t.Errorf("%s from %s claiming %s: %q, %v; want %v", tt.svc, tt.remote, tt.claimed, addr, ok, tt.ok)
+		}
+	}
+	// Scaled up, the third is ready too.
+	if err := b.SetScale(context.Background(), keyA, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.PodAddr(keyA, lo, "127.1.0.3:9090"); !ok {
+		t.Error("a pod made ready is refused")
 	}
 }

@@ -7,8 +7,9 @@
 // controller would from the informers, and serves:
 //
 //   - on -listen, the autoscaler's own handler (the activators' websocket
-//     at /activator, its status at /status), in plain HTTP where the
-//     cluster's is TLS;
+//     at /activator, its status at /status, and with -push the pods'
+//     websocket at /pods), in plain HTTP where the cluster's activators'
+//     is TLS;
 //   - on -admin, Prometheus metrics at /metrics, pprof at /debug/pprof/,
 //     the backend's totals at /backend (?since=RFC 3339 adds writes per
 //     second), the first scale write of a service after a time at
@@ -21,12 +22,21 @@
 // Kubernetes' part (kube/buckets, a Lease per bucket), tested on a
 // cluster (hack/cluster/e2e).
 //
+// With -push, the pods may push their stats too (collector.PodEndpoint,
+// on -listen at network.PodPushPath, as cmd/autoscaler serves it on its
+// push port): a connection is taken as the pod it claims if that is a
+// ready pod of the service (the backend's; Kubernetes checks the source
+// address against the pods informer), and a replica redirects the pods of
+// the services it does not lead to the leader of their bucket, which
+// -leaders names.
+//
 // What it leaves out is the Kubernetes side: informers, leader election,
 // webhooks, Events, TLS and TokenReview (a shared token stands for it,
 // as in swell local).
 //
 //	autoscaler -pods pods.jsonl -listen 127.0.0.1:8080 -admin 127.0.0.1:9091 -token-file token
 //	autoscaler -pods pods.jsonl -buckets 10 -lead 0,3,6,9 ...
+//	autoscaler -pods pods.jsonl -push -buckets 10 -lead 0,3,6,9 -leaders 127.0.0.1:8080,127.0.0.1:8081,...
 package main
 
 import (
@@ -65,6 +75,14 @@ import (
 	"github.com/swell-run/swell/pkg/shard"
 )
 
+// fdReserve is the files asked for beside the pods' connections: the
+// activators', the admin port's, the logs', dials. Where the limit is too
+// low for a push connection from every pod, fdKept are kept from them.
+const (
+	fdReserve = 4096
+	fdKept    = 1024
+)
+
 // Paths of the admin port beside /metrics and /debug/pprof/.
 const (
 	readyPath   = "/ready"
@@ -81,6 +99,11 @@ type options struct {
 	logFormat        string
 	// lead are the buckets this process leads, of lead.Buckets().
 	lead *shard.Owned
+	// push takes the pods' pushed stats; leaders are the -listen
+	// addresses of each bucket's leader, where pods of the services of
+	// other buckets are sent.
+	push    bool
+	leaders []string
 }
 
 func main() {
@@ -124,6 +147,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.logFormat, "log-format", logging.FormatJSON, "json or console")
 	buckets := fs.Int("buckets", 1, fmt.Sprintf("`n` buckets the services are divided into (1 to %d), as the autoscaler's BUCKETS", shard.MaxBuckets))
 	lead := fs.String("lead", "", "comma-separated `buckets` this process leads, each 0 to n-1 (default all)")
+	fs.BoolVar(&o.push, "push", false, "take the pods' pushed stats on -listen at "+network.PodPushPath)
+	leaders := fs.String("leaders", "", "comma-separated `addresses` (host:port, as -listen) of each bucket's leader, in bucket order, where -push redirects the pods of the services of buckets not led here")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -141,7 +166,49 @@ func parseFlags(args []string) (options, error) {
 	if o.lead, err = parseLead(*buckets, *lead); err != nil {
 		errs = append(errs, err)
 	}
+	if *leaders != "" {
+		if o.leaders, err = parseLeaders(*leaders, *buckets); err != nil {
+			errs = append(errs, err)
+		}
+		if !o.push {
+			errs = append(errs, errors.New("-leaders is where -push sends pods: it needs -push"))
+		}
+	}
 	return o, errors.Join(errs...)
+}
+
+// parseLeaders reads -leaders: a host:port for each of the n buckets.
+// Every bad element is reported.
+func parseLeaders(s string, n int) ([]string, error) {
+	var leaders []string
+	var errs []error
+	for a := range strings.SplitSeq(s, ",") {
+		a = strings.TrimSpace(a)
+		if host, port, err := net.SplitHostPort(a); err != nil || host == "" || port == "" {
+			errs = append(errs, fmt.Errorf("-leaders: bucket %d's leader %q: accepted is host:port", len(leaders), a))
+		}
+		leaders = append(leaders, a)
+	}
+	if len(leaders) != n {
+		errs = append(errs, fmt.Errorf("-leaders: %d addresses for %d buckets (-buckets): accepted is one for each bucket", len(leaders), n))
+	}
+	return leaders, errors.Join(errs...)
+}
+
+// pushRoute is PodEndpointConfig.Route: a pod pushes here if its service
+// is in a bucket led here, else to its bucket's leader (none known
+// without -leaders: the pod retries).
+func pushRoute(lead *shard.Owned, leaders []string) func(service.Key) (bool, string) {
+	return func(svc service.Key) (bool, string) {
+		b := shard.OfKey(svc, lead.Buckets())
+		switch {
+		case lead.Has(b):
+			return true, ""
+		case b < len(leaders):
+			return false, leaders[b]
+		}
+		return false, ""
+	}
 }
 
 // parseLead reads -buckets and -lead: the buckets led, out of n; every
@@ -194,12 +261,18 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	for _, s := range svcs {
 		npods += len(s.Pods)
 	}
-	// A connection to every pod the collector scrapes, and some room. In
-	// a cluster a container's hard limit (the runtime's, typically 524288
-	// or more, to which Go lifts the soft one) is ample; where
-	// the limit is lower and cannot be raised, the autoscaler runs into it
-	// as it would, and the measurement shows how.
-	before, after, err := fdlimit.Raise(uint64(npods + 4096))
+	// A connection to every pod the collector scrapes, and some room;
+	// pushing, as many again: a pod's scrape connection stays open until
+	// it idles out, after its pushes took over. In a cluster a
+	// container's hard limit (the runtime's, typically 524288 or more, to
+	// which Go lifts the soft one) is ample; where the limit is lower and
+	// cannot be raised, the autoscaler runs into it as it would, and the
+	// measurement shows how.
+	need := uint64(npods + fdReserve)
+	if o.push {
+		need += uint64(npods)
+	}
+	before, after, err := fdlimit.Raise(need)
 	if err != nil {
 		log.Warn("the open-file limit is too low for a connection to every pod", zap.Error(err))
 	}
@@ -232,10 +305,23 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	// authentication, and without the Events its callbacks record
 	// (Scaler.OnEvent, OnNotable, OnGaugeProblem) or the memory a
 	// Deployment's annotation keeps (the kpa class learns nothing).
+	var pushes collector.PodEndpointConfig
+	if o.push {
+		pushes = collector.PodEndpointConfig{Resolver: b, Route: pushRoute(o.lead, o.leaders)}
+		if limit := after.Cur; limit < uint64(npods+fdKept) {
+			// Push connections up to the limit would leave no file for
+			// the activators, the metrics or the scrapes of the pods
+			// beyond: those pods are answered 503, retry, and are
+			// scraped meanwhile.
+			pushes.MaxConnections = int(max(limit, 2*fdKept) - fdKept)
+			log.Warn("the open-file limit is too low for a push connection from every pod: taking fewer", zap.Int("maxConnections", pushes.MaxConnections), zap.Int("pods", npods))
+		}
+	}
 	as, err := autoscaler.New(autoscaler.Config{
 		TickInterval: o.tick,
 		Backend:      b,
 		Endpoint:     collector.EndpointConfig{Tokens: []string{token}},
+		Pods:         pushes,
 		Registerer:   reg,
 		Clock:        clock.RealClock{},
 		Logger:       log,
@@ -295,7 +381,7 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	ready.Store(true)
 	log.Info("autoscaler harness running", zap.Int("services", len(svcs)), zap.Int("pods", npods),
 		zap.Int("buckets", o.lead.Buckets()), zap.Ints("lead", o.lead.List()), zap.Int("fleetServices", len(all)),
-		zap.String("listen", o.listen), zap.String("admin", o.admin))
+		zap.String("listen", o.listen), zap.String("admin", o.admin), zap.Bool("push", o.push), zap.Strings("leaders", o.leaders))
 	select {
 	case <-ctx.Done():
 		log.Info("signal received: stopping")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/swell-run/swell/hack/scale/pods"
+	"github.com/swell-run/swell/pkg/service"
 	"github.com/swell-run/swell/pkg/shard"
 )
 
@@ -108,4 +109,55 @@ func mustLead(t *testing.T, n int, lead string) *shard.Owned {
 		t.Fatal(err)
 	}
 	return o
+}
+
+func TestParseFlagsPush(t *testing.T) {
+	o, err := parseFlags([]string{"-pods", "p.jsonl", "-token", "t", "-push", "-buckets", "3", "-lead", "1",
+		"-leaders", "127.0.0.1:8080, 127.0.0.1:8081,127.0.0.1:8082"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.push || !slices.Equal(o.leaders, []string{"127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"}) {
+		t.Errorf("push %v, leaders %q", o.push, o.leaders)
+	}
+	// Every problem at once, each naming the flag and what is accepted.
+	_, err = parseFlags([]string{"-pods", "p.jsonl", "-token", "t", "-buckets", "3", "-leaders", "127.0.0.1:8080,nohost"})
+	for _, want := range []string{
+		`-leaders: bucket 1's leader "nohost": accepted is host:port`,
+		"-leaders: 2 addresses for 3 buckets (-buckets): accepted is one for each bucket",
+		"-leaders is where -push sends pods: it needs -push",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
+
+// A replica takes the pushes of the services of the buckets it leads,
+// and sends the others' pods to their bucket's leader; with no leader
+// named, they retry.
+func TestPushRoute(t *testing.T) {
+	leaders := []string{"127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"}
+	route := pushRoute(mustLead(t, 3, "1"), leaders)
+	for i := range 30 {
+		key := service.Key{Namespace: "scale", Name: fmt.Sprintf("svc-%05d", i)}
+		b := shard.OfKey(key, 3)
+		here, elsewhere := route(key)
+		switch {
+		case b == 1 && (!here || elsewhere != ""):
+			t.Errorf("%s, of the bucket led here: %v, %q", key, here, elsewhere)
+		case b != 1 && (here || elsewhere != leaders[b]):
+			t.Errorf("%s, of bucket %d: %v, %q; want %s", key, b, here, elsewhere, leaders[b])
+		}
+	}
+	noLeaders := pushRoute(mustLead(t, 3, "1"), nil)
+	for i := range 30 {
+		key := service.Key{Namespace: "scale", Name: fmt.Sprintf("svc-%05d", i)}
+		if here, elsewhere := noLeaders(key); here != (shard.OfKey(key, 3) == 1) || elsewhere != "" {
+			t.Errorf("no leaders named, %s: %v, %q", key, here, elsewhere)
+		}
+	}
+	if here, _ := pushRoute(mustLead(t, 1, ""), nil)(service.Key{Namespace: "x", Name: "y"}); !here {
+		t.Error("one leader does not take every service")
+	}
 }

@@ -32,8 +32,8 @@ type stepAnswer struct {
 	Kind    string  `json:"kind"`
 	Factor  float64 `json:"factor"`
 	// At is when the load changed; Served when the first report that
-	// carries it was served (a pod's period closed), or for a zero
-	// service the poke went to its activator.
+	// carries it was served (a pod's period closed; pushing, at once), or
+	// for a zero service the poke went to its activator.
 	At     time.Time `json:"at"`
 	Served time.Time `json:"served"`
 }
@@ -48,6 +48,20 @@ type fleetStats struct {
 	Strays      uint64 `json:"strays"`
 	FDExhausted uint64 `json:"fdExhausted"`
 	Pokes       uint64 `json:"pokes"`
+	// The pushes of this process's pods (-push): connections open, frames
+	// sent, dials, redirects followed, upgrades refused (403) and
+	// answered 503, failed dials and upgrades, connections the
+	// autoscaler closed, and dials refused for want of a file
+	// descriptor.
+	Pushing         int64  `json:"pushing"`
+	Pushes          uint64 `json:"pushes"`
+	PushDials       uint64 `json:"pushDials"`
+	PushRedirects   uint64 `json:"pushRedirects"`
+	PushRefused     uint64 `json:"pushRefused"`
+	PushUnavailable uint64 `json:"pushUnavailable"`
+	PushFailures    uint64 `json:"pushFailures"`
+	PushClosed      uint64 `json:"pushClosed"`
+	PushFDExhausted uint64 `json:"pushFDExhausted"`
 }
 
 // controller serves the control API.
@@ -55,6 +69,7 @@ type controller struct {
 	f      *fleet
 	loops  []*loop
 	pokers []poker
+	push   *pusher // nil without -push
 	// index finds a service by key.
 	index map[string]int
 	ready atomic.Bool
@@ -64,8 +79,8 @@ type controller struct {
 	elsewhere bool
 }
 
-func newController(f *fleet, loops []*loop, pokers []poker) *controller {
-	c := &controller{f: f, loops: loops, pokers: pokers, index: make(map[string]int, len(f.keys)), now: time.Now}
+func newController(f *fleet, loops []*loop, pokers []poker, push *pusher) *controller {
+	c := &controller{f: f, loops: loops, pokers: pokers, push: push, index: make(map[string]int, len(f.keys)), now: time.Now}
 	for i, k := range f.keys {
 		c.index[k] = i
 	}
@@ -147,6 +162,11 @@ func (c *controller) stats() fleetStats {
 		s.Refused += l.refused.Load()
 		s.Strays += l.strays.Load()
 		s.FDExhausted += l.fdExhausted.Load()
+	}
+	if p := c.push; p != nil {
+		s.Pushing, s.Pushes, s.PushDials = p.open.Load(), p.frames.Load(), p.dialed.Load()
+		s.PushRedirects, s.PushRefused, s.PushUnavailable = p.redirects.Load(), p.refusedN.Load(), p.unavailable.Load()
+		s.PushFailures, s.PushClosed, s.PushFDExhausted = p.failures.Load(), p.closedBy.Load(), p.fdExhausted.Load()
 	}
 	return s
 }

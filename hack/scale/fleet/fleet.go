@@ -31,10 +31,13 @@ type fleet struct {
 	actNames []string
 	actKeys  []uint64
 
-	// table holds the steps and each pod's latest scrape: a pod scraped
-	// lately is ready, which is how the activators know a service has
-	// pods.
+	// table holds the steps and each pod's latest scrape or push: a pod
+	// scraped or pushing lately is ready, which is how the activators
+	// know a service has pods.
 	table *table
+	// push says the pods push their reports (-push): a step closes their
+	// periods as a pushing queue-proxy's (closedAt).
+	push bool
 
 	pokes atomic.Uint64
 }
@@ -136,17 +139,28 @@ func splitmix(x uint64) uint64 {
 	return x ^ x>>31
 }
 
-// report is pod's stats report at now; it marks the pod scraped.
+// report is pod's stats report at now, the latest period it closed; it
+// marks the pod scraped.
 func (f *fleet) report(pod int, now time.Time, shares *[stats.MaxActivatorShares]stats.ActivatorShare) stats.Report {
 	elapsed := now.Sub(f.epoch)
 	f.table.scraped[pod].Store(int32(elapsed / time.Second))
+	return f.reportAt(pod, elapsed, shares)
+}
+
+// reportAt is pod's stats report elapsed after the epoch: what it serves,
+// and pushes.
+func (f *fleet) reportAt(pod int, elapsed time.Duration, shares *[stats.MaxActivatorShares]stats.ActivatorShare) stats.Report {
 	svc := pod / f.perSvc
-	return podReport(&f.patterns[svc], f.step(svc), f.epoch, elapsed, f.phase(pod), f.actKeys, shares)
+	return podReport(&f.patterns[svc], f.step(svc), f.epoch, elapsed, f.phase(pod), f.push, f.actKeys, shares)
 }
 
 // firstServed is when the first report carrying a step made at elapsed
-// is served: the soonest close of a period of one of svc's pods.
+// is served: the soonest close of a period of one of svc's pods; pushing,
+// the step itself, at which its pods close a period and push it.
 func (f *fleet) firstServed(svc int, at time.Duration) time.Time {
+	if f.push {
+		return f.epoch.Add(at)
+	}
 	first := time.Duration(math.MaxInt64)
 	for pod := svc * f.perSvc; pod < (svc+1)*f.perSvc; pod++ {
 		ph := f.phase(pod)

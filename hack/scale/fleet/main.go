@@ -30,6 +30,18 @@
 //	fleet ... -autoscaler ws://127.0.0.1:8081/activator \
 //	      -leaders 127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083,127.0.0.1:8081,...
 //
+// With -push, the pods push their reports too, as queue-proxies do: each
+// pod the autoscaler has scraped (so, it is ready: a pod of a service at
+// zero has no queue-proxy) keeps a websocket to the autoscaler's pod
+// endpoint and sends it each period it closes; a step closes a period of
+// the service's pods at once and another 100 ms later, each pushed (see
+// push.go). Given several addresses, the pods spread over them, as over
+// the endpoints of a Service; a sharded autoscaler's replica redirects a
+// pod to the replica that leads its service, which the pod follows.
+//
+//	fleet ... -push ws://127.0.0.1:8080
+//	fleet ... -push ws://127.0.0.1:8081,ws://127.0.0.1:8082,ws://127.0.0.1:8083
+//
 // One socket listens for every pod (the port on any address of the
 // loopback device; a connection's local address names its pod), so the
 // fleet needs a file descriptor per connection and no more. Where a
@@ -37,7 +49,10 @@
 // keep, several processes serve one fleet: each started with the same
 // flags, the same -epoch and -share (the file of the steps and scrapes
 // they share, see table), and its own -control and -out; they share the
-// pods' port, and the kernel spreads the connections among them. Only the
+// pods' port, and the kernel spreads the connections among them. Pushing,
+// each process pushes for a slice of the pods (-push-slice i/n), a file
+// for each beside the scrapes' (and the autoscaler one for each too), and
+// learns of the steps and scrapes of all from the shared file. Only the
 // process given -autoscaler runs the activators; step services through
 // its control API. Serving costs one read and one write system call per
 // scrape on a few epoll loops, so that the machine's CPU goes to the
@@ -55,6 +70,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,6 +106,14 @@ type options struct {
 	epoch    time.Time
 	share    string
 	logLevel string
+	// push are the autoscaler's pod endpoints the pods push to (-push),
+	// none for none; pushPath their path. This process pushes for the
+	// pods of its slice, pushSlice of pushSlices, dialing at most
+	// pushDials a second.
+	push                  []netip.AddrPort
+	pushPath              string
+	pushSlice, pushSlices int
+	pushDials             float64
 }
 
 func main() {
@@ -123,7 +147,7 @@ func run(args []string) int {
 func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("fleet", flag.ContinueOnError)
 	var o options
-	var mix, first, leaders, epoch string
+	var mix, first, leaders, epoch, push, slice string
 	fs.IntVar(&o.services, "services", 1000, "services in the fleet")
 	fs.IntVar(&o.perSvc, "pods-per-service", 5, "pods of each service")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the services' kinds and loads")
@@ -142,6 +166,9 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&epoch, "epoch", "", "RFC 3339 `time` the pods' clocks start at, the same for every process of a fleet (default: now, to the second)")
 	fs.StringVar(&o.share, "share", "", "`file` of the steps and scrapes shared by the fleet's processes, new for each run; none: one process")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&push, "push", "", "comma-separated `URLs` of the autoscaler's pod endpoint, e.g. ws://127.0.0.1:8080: every pod of a service the autoscaler scraped keeps a websocket to one (the pods spread over them, as over a Service's endpoints) and pushes its reports; none: the pods are scraped only")
+	fs.StringVar(&slice, "push-slice", "0/1", "`i/n`: this process pushes for the i-th of n equal slices of the pods (the fleet's processes, 0 to n-1)")
+	fs.Float64Var(&o.pushDials, "push-dials", 2000, "push connections this process opens a second at most")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -176,6 +203,17 @@ func parseFlags(args []string) (options, error) {
 		if o.epoch, err = time.Parse(time.RFC3339Nano, epoch); err != nil {
 			errs = append(errs, fmt.Errorf("-epoch %q: accepted is an RFC 3339 time, e.g. 2030-01-02T03:04:05Z", epoch))
 		}
+	}
+	if push != "" {
+		if o.push, o.pushPath, err = parsePushURLs(push); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.pushSlice, o.pushSlices, err = parseSlice(slice); err != nil {
+		errs = append(errs, err)
+	}
+	if !(o.pushDials >= 1) {
+		errs = append(errs, fmt.Errorf("-push-dials %g: accepted is a number from 1 up", o.pushDials))
 	}
 	if leaders != "" {
 		if o.leaders, err = parseLeaders(leaders); err != nil {
@@ -217,12 +255,33 @@ func parseLeaders(s string) (reporter.Leaders, error) {
 	return l, errors.Join(errs...)
 }
 
+// parseSlice reads -push-slice: i/n, 0 ≤ i < n.
+func parseSlice(s string) (int, int, error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 0 || i >= n {
+		return 0, 0, fmt.Errorf("-push-slice %q: accepted is i/n, 0 ≤ i < n, e.g. 0/3", s)
+	}
+	return i, n, nil
+}
+
+// slice is the pods [lo, hi) of the i-th of n equal slices of npods.
+func slice(npods, i, n int) (lo, hi int) {
+	return npods * i / n, npods * (i + 1) / n
+}
+
 func serve(ctx context.Context, o options, log *zap.Logger) error {
 	npods := o.services * o.perSvc
-	// A connection from the scraper to each pod, and some room. Short of
-	// it, the fleet runs: the scraper, which needs as many, is what runs
-	// out first, and that is what a measurement shows.
-	before, after, err := fdlimit.Raise(uint64(npods + 1024))
+	pushLo, pushHi := 0, 0
+	if len(o.push) > 0 {
+		pushLo, pushHi = slice(npods, o.pushSlice, o.pushSlices)
+	}
+	// A connection from the scraper to each pod, one to the autoscaler
+	// for each pod of the slice this process pushes for, and some room.
+	// Short of it, the fleet runs: the scraper, which needs as many, is
+	// what runs out first, and that is what a measurement shows.
+	before, after, err := fdlimit.Raise(uint64(npods + pushHi - pushLo + 1024))
 	if err != nil {
 		log.Warn("the open-file limit is too low for a connection to every pod", zap.Error(err))
 	}
@@ -239,6 +298,7 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	f.push = len(o.push) > 0
 	lfd, err := listen(uint16(o.port), o.share != "")
 	if err != nil {
 		return err
@@ -255,7 +315,7 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	errc := make(chan error, len(loops)+1)
+	errc := make(chan error, len(loops)+2) // the loops', the pushes', the control API's
 	defer func() {
 		stop.Store(true)
 		wg.Wait()
@@ -305,7 +365,19 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	}
 	wg.Go(func() { f.pokeBursts(rctx, pokers) })
 
-	ctl := newController(f, loops, pokers)
+	var push *pusher
+	if f.push {
+		if push, err = newPusher(f, pushLo, pushHi, o.push, o.pushPath, o.pushDials, log.Named("push")); err != nil {
+			return err
+		}
+		wg.Go(func() {
+			if err := push.run(&stop); err != nil {
+				errc <- err
+			}
+		})
+	}
+
+	ctl := newController(f, loops, pokers, push)
 	ctl.elsewhere = o.share != "" && o.autoscaler == ""
 	ln, err := net.Listen("tcp", o.control)
 	if err != nil {
@@ -325,7 +397,7 @@ func serve(ctx context.Context, o options, log *zap.Logger) error {
 	ctl.ready.Store(true)
 	log.Info("fleet ready", zap.String("control", ln.Addr().String()), zap.String("out", o.out),
 		zap.Int("activators", len(pokers)), zap.String("autoscaler", o.autoscaler), zap.Strings("leaders", o.leaders),
-		zap.Time("epoch", o.epoch), zap.String("share", o.share))
+		zap.Time("epoch", o.epoch), zap.String("share", o.share), zap.Stringers("push", o.push), zap.Int("pushFrom", pushLo), zap.Int("pushTo", pushHi))
 
 	select {
 	case <-ctx.Done():

@@ -25,21 +25,22 @@ import (
 // takes 100 ms, so a pod holding c requests receives 10·c a second.
 const requestsPerHeld = 10
 
-// podReport is the report pod's queue-proxy serves elapsed after the
-// fleet's epoch, for a pod whose periods close at phase + k seconds: the
-// latest period closed, or until the first closes an empty report of
-// length zero, as a queue-proxy just started serves. keys are the
-// activators' keys, among which the proxied load is split; shares holds
-// the report's ByActivator, so that a report allocates nothing.
-func podReport(p *Pattern, s Step, epoch time.Time, elapsed, phase time.Duration, keys []uint64, shares *[stats.MaxActivatorShares]stats.ActivatorShare) stats.Report {
-	k := (elapsed - phase) / time.Second
-	if k < 1 {
+// podReport is the report pod's queue-proxy serves, or pushes, elapsed
+// after the fleet's epoch, for a pod started at phase whose periods close
+// as closedAt says (sharp: a pushing pod's): the latest period closed, or
+// until the first closes an empty report of length zero, as a
+// queue-proxy just started serves. keys are the activators' keys, among
+// which the proxied load is split; shares holds the report's ByActivator,
+// so that a report allocates nothing.
+func podReport(p *Pattern, s Step, epoch time.Time, elapsed, phase time.Duration, sharp bool, keys []uint64, shares *[stats.MaxActivatorShares]stats.ActivatorShare) stats.Report {
+	from, to, ok := closedAt(phase, elapsed, s, sharp)
+	if !ok {
 		return stats.Report{End: epoch.Add(phase), Attributed: true}
 	}
-	end := phase + k*time.Second
-	c := p.Mean(end-time.Second, end, s)
-	reqs := uint64(math.Round(c * requestsPerHeld))
-	r := stats.Report{End: epoch.Add(end), Period: time.Second, Concurrency: c, Requests: reqs, Uptime: k * time.Second, Attributed: true}
+	period := to - from
+	c := p.Mean(from, to, s)
+	reqs := uint64(math.Round(c * requestsPerHeld * period.Seconds()))
+	r := stats.Report{End: epoch.Add(to), Period: period, Concurrency: c, Requests: reqs, Uptime: to - phase, Attributed: true}
 	if !p.Proxied() || c == 0 || len(keys) == 0 {
 		return r
 	}
@@ -58,6 +59,48 @@ func podReport(p *Pattern, s Step, epoch time.Time, elapsed, phase time.Duration
 	shares[n-1] = stats.ActivatorShare{Activator: keys[n-1], Concurrency: max(c-sumC, 0), Requests: reqs - sumR}
 	r.ByActivator = shares[:n]
 	return r
+}
+
+// sharpFollow is how long after a sharp close a pushing pod closes its
+// next period: a queue-proxy that sees its load rise sharply closes its
+// period at once and pushes it, then closes the next 100 ms later, at the
+// new level, and pushes that too, then goes back to a period a second.
+const sharpFollow = 100 * time.Millisecond
+
+// closedAt is the latest period [from, to) a pod started at phase has
+// closed at elapsed (all since the epoch); false before its first
+// closes. Its periods close every second from phase + 1 s. With sharp (a
+// pushing pod), a step closes one at once, at s.At, and another
+// sharpFollow later, and the periods close every second from that one on.
+func closedAt(phase, elapsed time.Duration, s Step, sharp bool) (from, to time.Duration, ok bool) {
+	regular := func(t time.Duration) (time.Duration, time.Duration, bool) {
+		k := (t - phase) / time.Second
+		if t < phase || k < 1 {
+			return 0, 0, false
+		}
+		to := phase + k*time.Second
+		return to - time.Second, to, true
+	}
+	if !sharp || s.Factor == 0 || elapsed < s.At {
+		return regular(elapsed)
+	}
+	follow := s.At + sharpFollow
+	if elapsed < follow {
+		prevFrom, prev, ok := regular(s.At)
+		switch {
+		case !ok && s.At > phase:
+			return phase, s.At, true // the step came before the pod's first close
+		case !ok, prev == s.At:
+			return prevFrom, prev, ok // the step fell on a close: nothing to close at once
+		}
+		return prev, s.At, true
+	}
+	k := (elapsed - follow) / time.Second
+	if k == 0 {
+		return s.At, follow, true
+	}
+	to = follow + k*time.Second
+	return to - time.Second, to, true
 }
 
 // format is what a scraper gets.

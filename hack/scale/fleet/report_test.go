@@ -27,12 +27,12 @@ func TestPodReport(t *testing.T) {
 
 	// Before its first period closes, a pod serves an empty report, as a
 	// queue-proxy just started does.
-	if r := podReport(&busy, Step{}, testEpoch, 1200*time.Millisecond, phase, keys, &shares); r.Period != 0 || !r.End.Equal(testEpoch.Add(phase)) || r.Concurrency != 0 {
+	if r := podReport(&busy, Step{}, testEpoch, 1200*time.Millisecond, phase, false, keys, &shares); r.Period != 0 || !r.End.Equal(testEpoch.Add(phase)) || r.Concurrency != 0 {
 		t.Errorf("first report %+v, want an empty one at the pod's start", r)
 	}
 
 	// The latest period closed: [2.25 s, 3.25 s) at 3.9 s.
-	r := podReport(&busy, Step{}, testEpoch, 3900*time.Millisecond, phase, keys, &shares)
+	r := podReport(&busy, Step{}, testEpoch, 3900*time.Millisecond, phase, false, keys, &shares)
 	if !r.End.Equal(testEpoch.Add(3250*time.Millisecond)) || r.Period != s || r.Uptime != 3*s ||
 		r.Concurrency != 63.3 || r.Requests != 633 || r.ProxiedConcurrency != 0 || len(r.ByActivator) != 0 || !r.Attributed {
 		t.Errorf("busy report %+v", r)
@@ -40,7 +40,7 @@ func TestPodReport(t *testing.T) {
 
 	// A burst comes through the activators: all of it proxied, split
 	// among them, the shares adding up to the proxied figures.
-	r = podReport(&burst, Step{}, testEpoch, 5500*time.Millisecond, phase, keys, &shares)
+	r = podReport(&burst, Step{}, testEpoch, 5500*time.Millisecond, phase, false, keys, &shares)
 	if r.Concurrency != 100 || r.ProxiedConcurrency != 100 || r.Requests != 1000 || r.ProxiedRequests != 1000 || len(r.ByActivator) != 3 {
 		t.Fatalf("burst report %+v", r)
 	}
@@ -224,7 +224,7 @@ func TestScrapeDoesNotAllocate(t *testing.T) {
 			t.Fatal(err)
 		}
 		out = w.serve(out[:0], &r, now, func() stats.Report {
-			return podReport(&p, Step{}, testEpoch, 5*time.Second, 0, keys, &shares)
+			return podReport(&p, Step{}, testEpoch, 5*time.Second, 0, false, keys, &shares)
 		})
 	}
 	scrape()

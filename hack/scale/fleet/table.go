@@ -22,8 +22,8 @@ import (
 // served by all, and a scrape answered by any marks its pod ready for the
 // process that runs the activators.
 type table struct {
-	// scraped is each pod's latest scrape, in whole seconds after the
-	// epoch (0: never).
+	// scraped is each pod's latest scrape, or push (-push), in whole
+	// seconds after the epoch (0: never).
 	scraped []atomic.Int32
 	// stepAt is each service's step's At plus one nanosecond, 0 before
 	// it has one and stepClaimed while it is being written; stepFactor is

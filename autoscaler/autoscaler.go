@@ -262,9 +262,11 @@ type svc struct {
 	target *scaler.Target
 	pods   []string // replaced, never changed in place: a round reads it
 	// round is what the latest round read of the service, for a decision
-	// made on pushed frames between rounds.
-	round roundFigures
-	m     serviceMetrics
+	// made on pushed frames between rounds; podsAt is when its ready pods
+	// last changed.
+	round  roundFigures
+	podsAt time.Time
+	m      serviceMetrics
 	// gaugeKey is stats.GaugeKey of the gauge the spec scales on, 0 for
 	// none. gauge is the problem last told, and pending a change seen for
 	// pendingRounds rounds.
@@ -304,6 +306,8 @@ type svc struct {
 type roundFigures struct {
 	ready, read, pushed int
 	podConc, podRPS     float64
+	podProxied          float64
+	podProxiedRPS       float64
 	actConc, actRPS     float64
 }
 
@@ -665,6 +669,9 @@ func (a *Autoscaler) apply() {
 			a.upsert(c.key, c.spec)
 		case changePods:
 			if s := a.services[c.key]; s != nil {
+				if !slices.Equal(s.pods, c.pods) {
+					s.podsAt = a.clock.Now()
+				}
 				s.pods = c.pods
 				s.mu.Lock()
 				s.npods = len(c.pods)
@@ -809,7 +816,8 @@ func (a *Autoscaler) record(samples []collector.Sample) {
 			s.recordLoads(sm.Pods)
 		}
 		s.round = roundFigures{ready: sm.ReadyPods, read: sm.Scraped, pushed: sm.Pushed,
-			podConc: sm.PodConcurrency, podRPS: sm.PodRPS, actConc: sm.ActivatorConcurrency, actRPS: sm.ActivatorRPS}
+			podConc: sm.PodConcurrency, podRPS: sm.PodRPS, podProxied: sm.PodProxiedConcurrency, podProxiedRPS: sm.PodProxiedRPS,
+			actConc: sm.ActivatorConcurrency, actRPS: sm.ActivatorRPS}
 		if s.gaugeKey != 0 && sm.Scraped > 0 {
 			a.gaugeRound(s, sm)
 		}
@@ -958,41 +966,89 @@ func (a *Autoscaler) handlePokes() {
 		}
 		d := a.decide(s, a.clock.Now(), bySharp)
 		if !d.entry.in.HasRecent {
-			continue // no fresh frame left to read: the tick decides
+			continue // no fresh frame, or no rise from the round: the tick decides
 		}
 		a.decided = append(a.decided[:0], d)
 		a.out(a.decided)
 	}
 }
 
-// recent is the service's load over the last fraction of a second: the
-// latest frame of each pod with a fresh push, the per-pod average of the
-// latest round for the others, and the activators' load of that round.
-// ok is false when no pod has a fresh push.
-func (a *Autoscaler) recent(s *svc) (conc, rps float64, ok bool) {
+// recent is the service's load over the last fraction of a second, when
+// it rose sharply from the latest round's: ok is false when no pod has a
+// fresh push, or when what the pods pushed since is less than twice the
+// round's load (or less than a request more). Frames of several pods are
+// not one moment: as new pods take their share, the others' latest frames
+// still show the load they held alone, and their sum a rise that is not
+// there; the round's figures, one second, are the reference.
+//
+// The load is the latest frame of each pod with a fresh push and the
+// round's per-pod average for the others: their own load, and of what
+// the activators sent them or hold, the larger of the activators' round
+// figure and what the pods say they were sent (so a rise through the
+// activators shows before their next report). inPods is what the pods
+// hold, their own and proxied.
+func (a *Autoscaler) recent(s *svc) (conc, rps, inPods float64, ok bool) {
 	if a.pushes == nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
+	// A frame from before the ready pods last changed no longer stands
+	// for its pod's share (new pods took some, or a pod that left gave
+	// some): it counts as the mean of the frames since, when there are.
+	var own, ownRPS, proxied, proxiedRPS float64
+	var old collector.PodRecent
+	nold := 0
 	n := a.pushes.Recent(s.name, s.pods, func(_ string, r collector.PodRecent) {
-		conc += r.Concurrency
-		rps += r.RPS
+		if r.At.Before(s.podsAt) {
+			old.Concurrency += r.Concurrency
+			old.RPS += r.RPS
+			old.ProxiedRPS += r.ProxiedRPS
+			old.Total += r.Total
+			nold++
+			return
+		}
+		own += r.Concurrency
+		ownRPS += r.RPS
+		proxied += r.Total - r.Concurrency
+		proxiedRPS += r.ProxiedRPS
 	})
 	if n == 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	if others, rd := len(s.pods)-n, s.round.ready; others > 0 && rd > 0 {
-		conc += float64(others) * s.round.podConc / float64(rd)
-		rps += float64(others) * s.round.podRPS / float64(rd)
+	if nold > 0 {
+		if fresh := n - nold; fresh > 0 {
+			f := float64(nold) / float64(fresh)
+			own, ownRPS, proxied, proxiedRPS = own*(1+f), ownRPS*(1+f), proxied*(1+f), proxiedRPS*(1+f)
+		} else {
+			own, ownRPS, proxied, proxiedRPS = old.Concurrency, old.RPS, old.Total-old.Concurrency, old.ProxiedRPS
+		}
 	}
-	return conc + s.round.actConc, rps + s.round.actRPS, true
+	rd := s.round
+	if others := len(s.pods) - n; others > 0 && rd.ready > 0 {
+		f := float64(others) / float64(rd.ready)
+		own += f * rd.podConc
+		ownRPS += f * rd.podRPS
+		proxied += f * rd.podProxied
+		proxiedRPS += f * rd.podProxiedRPS
+	}
+	conc = own + max(rd.actConc, proxied)
+	rps = ownRPS + max(rd.actRPS, proxiedRPS)
+	before := rd.podConc + max(rd.actConc, rd.podProxied)
+	if conc < sharpRise*before || conc-before < 1 {
+		return 0, 0, 0, false
+	}
+	return conc, rps, own + proxied, true
 }
+
+// sharpRise is how much the pods' pushed load must exceed the latest
+// round's for a decision between ticks: the panic threshold's factor.
+const sharpRise = 2
 
 // decide makes one decision for s from its core and the inputs of now: the
 // backend's status and the activators' pending requests.
 func (a *Autoscaler) decide(s *svc, now time.Time, why trigger) decision {
 	in := engine.Inputs{Now: now, Poked: why == byPoke}
 	if why == bySharp {
-		in.RecentConcurrency, in.RecentRPS, in.HasRecent = a.recent(s)
+		in.RecentConcurrency, in.RecentRPS, in.RecentInPods, in.HasRecent = a.recent(s)
 	}
 	st, err := a.backend.Status(a.ctx, s.key)
 	if err != nil {

@@ -716,7 +716,8 @@ func (loopbackPods) PodAddr(_ service.Key, _ netip.AddrPort, claimed string) (st
 // A step in load that the pods push is decided on at once, out of the
 // tick, from their latest frames: kpa enters panic and asks for the pods
 // the new load needs, where the windows' one-second samples would take
-// seconds to. A service with no fresh push is left to the tick.
+// seconds to. A rise short of twice the latest round's load, and a
+// service with no fresh push, are left to the tick.
 func TestSharpPushDecidesAtOnce(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.Pods = collector.PodEndpointConfig{Resolver: loopbackPods{}} })
 	k := key("web")
@@ -765,12 +766,61 @@ func TestSharpPushDecidesAtOnce(t *testing.T) {
 		t.Fatalf("status trigger %q, want push", ss.Trigger)
 	}
 
+	// A rise short of twice the latest round's load is left to the tick.
+	h.step()
+	push(30, time.Second)
+	h.step()
+	h.settle(k)
+	before, _ := h.a.ServiceStatus(k)
+	h.clk.Step(300 * time.Millisecond)
+	push(50, 100*time.Millisecond)
+	h.a.onSharp(k)
+	h.a.handlePokes()
+	if after, _ := h.a.ServiceStatus(k); !after.Time.Equal(before.Time) {
+		t.Fatalf("a decision at %v on a rise from 60 to 100", after.Time)
+	}
+
 	// Stale pushes: a sharp call with nothing fresh to read decides nothing.
 	h.clk.Step(3 * time.Second)
-	before, _ := h.a.ServiceStatus(k)
+	before, _ = h.a.ServiceStatus(k)
 	h.a.onSharp(k)
 	h.a.handlePokes()
 	if after, _ := h.a.ServiceStatus(k); !after.Time.Equal(before.Time) {
 		t.Fatalf("a decision at %v on stale pushes", after.Time)
+	}
+}
+
+// Frames pushed before the ready pods changed count as the mean of those
+// pushed since: a pod that held the load alone, and has shared it since
+// with new pods, does not add its old figure to theirs.
+func TestRecentAfterThePodsChanged(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Pods = collector.PodEndpointConfig{Resolver: loopbackPods{}} })
+	k := key("web")
+	h.be.Set(k, plan.Status{Desired: 1, Ready: 1, Route: plan.RoutePods})
+	h.a.Upsert(k, autoscaling.DefaultSpec())
+	push := func(addr string, conc float64) {
+		t.Helper()
+		r := stats.Report{End: h.clk.Now(), Period: 100 * time.Millisecond, Uptime: time.Minute, Concurrency: conc}
+		if _, err := h.a.pushes.Push(k.String(), addr, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.a.SetPods(k, []string{"a"})
+	h.step()
+	h.clk.Step(100 * time.Millisecond)
+	push("a", 8) // alone
+	s := h.a.services[k]
+	if c, _, _, ok := h.a.recent(s); !ok || c != 8 {
+		t.Fatalf("one pod: recent %v (%t), want 8", c, ok)
+	}
+	h.clk.Step(100 * time.Millisecond)
+	h.a.SetPods(k, []string{"a", "b", "c", "d"})
+	h.a.apply()
+	h.clk.Step(100 * time.Millisecond)
+	for _, p := range []string{"b", "c", "d"} {
+		push(p, 2)
+	}
+	if c, _, in, ok := h.a.recent(s); !ok || c != 8 || in != 8 {
+		t.Fatalf("after three pods joined: recent %v, in pods %v (%t); want 8 and 8, a's old 8 counted as the others' 2", c, in, ok)
 	}
 }

@@ -61,10 +61,12 @@ type pushed struct {
 }
 
 // PodRecent is one pod's latest pushed frame: its own (not proxied)
-// concurrency and requests per second over the frame's period, and the
-// total concurrency, its own and proxied.
+// concurrency and requests per second over the frame's period, the
+// requests per second the activators sent it, its total concurrency, its
+// own and proxied, and when it arrived.
 type PodRecent struct {
-	Concurrency, RPS, Total float64
+	Concurrency, RPS, ProxiedRPS, Total float64
+	At                                  time.Time
 }
 
 // NewPushes returns an empty Pushes reading clk; fresh ≤ 0 means
@@ -90,7 +92,7 @@ func (p *Pushes) Push(service, addr string, r *stats.Report) (sharp bool, err er
 	}
 	var f figures
 	f.take(r)
-	recent := PodRecent{Concurrency: f.concurrency, RPS: f.rps, Total: f.concurrency + f.proxiedConcurrency}
+	recent := PodRecent{Concurrency: f.concurrency, RPS: f.rps, ProxiedRPS: f.proxiedRPS, Total: f.concurrency + f.proxiedConcurrency}
 	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -113,6 +115,7 @@ func (p *Pushes) Push(service, addr string, r *stats.Report) (sharp bool, err er
 		ps.fig.merge(ps.period, &f, r.Period)
 		ps.period += r.Period
 	}
+	recent.At = now
 	ps.at, ps.read, ps.latest = now, false, recent
 	return sharp, nil
 }

@@ -250,7 +250,7 @@ func TestPushSharp(t *testing.T) {
 	}
 	got := map[string]PodRecent{}
 	n := p.Recent("ns/web", []string{"a", "b", "c"}, func(addr string, r PodRecent) { got[addr] = r })
-	if n != 2 || got["a"].Total != 4 || got["b"] != (PodRecent{Concurrency: 4, RPS: 20, Total: 6}) {
+	if n != 2 || got["a"].Total != 4 || got["b"] != (PodRecent{Concurrency: 4, RPS: 20, ProxiedRPS: 10, Total: 6, At: clk.Now()}) {
 		t.Fatalf("Recent: %d pods %+v", n, got)
 	}
 	clk.Step(3 * time.Second)

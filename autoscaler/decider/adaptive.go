@@ -227,7 +227,10 @@ func (a *adaptive) sized(in *input, b []byte) (recommendation, bool, []byte) {
 		slots = float64(sp.ContainerConcurrency)
 	}
 	arrivals := arrivalRate(in.arrStable, in.arrPanic, sp.PanicWindow)
-	sustained := arrivals * svc
+	// The work under way in the pods is at least what they hold now: a
+	// service time learned while the load rose (from seconds of few
+	// requests held, many arriving) falls short of it.
+	sustained := max(arrivals*svc, in.inPods)
 	// What waits: the activator's requests beyond the ready pods' slots
 	// (without a hard limit, every request it holds once a pod is ready
 	// is on its way to one).

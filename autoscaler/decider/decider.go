@@ -72,6 +72,12 @@ type Observation struct {
 	// the adaptive policy learns even while a queue waits at the
 	// activators. Zero when unknown.
 	Served, ServedRequests float64
+	// InPods, when above zero, is the requests the pods hold now (their
+	// own and those the activators sent them), read from the frames they
+	// pushed as their load rose sharply: the work under way, which the
+	// adaptive policy sizes for at least while its service time is still
+	// being learned from a rise. Zero when unknown.
+	InPods float64
 }
 
 // Decision is a decision with the inputs and reasoning that produced it, so
@@ -335,6 +341,7 @@ func (d *Decider) Decide(o Observation) Decision {
 	in.lastTraffic, in.lastSeen, in.pending = d.lastTraffic, d.lastSeen, pending
 	in.hasArrivals, in.arrStable, in.arrPanic = o.HasArrivals, clean(o.ArrivalsStable), clean(o.ArrivalsPanic)
 	in.served, in.servedRequests = clean(o.Served), clean(o.ServedRequests)
+	in.inPods = clean(o.InPods)
 	if !d.initialized && in.ready >= d.spec.InitialScale {
 		d.initialized = true
 	}

@@ -49,6 +49,8 @@ type input struct {
 	arrStable, arrPanic float64
 	// served and servedRequests are Observation.Served and ServedRequests.
 	served, servedRequests float64
+	// inPods is Observation.InPods.
+	inPods float64
 }
 
 // recommendation is a policy's answer.

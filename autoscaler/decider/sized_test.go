@@ -175,3 +175,20 @@ func TestArrivalRate(t *testing.T) {
 		}
 	}
 }
+
+// A decision on the pods' pushed frames sizes for at least the requests
+// the pods hold: a service time learned while the load rose (50 ms where
+// requests take 200) asks for 1 pod for 40 a second, the 8 requests the
+// pods hold ask for 3 at 2.8 a pod.
+func TestSizedForWhatThePodsHold(t *testing.T) {
+	d := knowing(t, sizedSpec(), 50*time.Millisecond, time.Second)
+	o := burst(1, 1, 40, 0)
+	if got := d.Decide(o).Scale; got != 1 {
+		t.Fatalf("on the arrivals alone: %d pods, want 1", got)
+	}
+	o = burst(1.1, 1, 40, 0)
+	o.InPods = 8
+	if dec := d.Decide(o); dec.Scale != 3 || !strings.HasPrefix(dec.Reason, "work: 3 pods") {
+		t.Fatalf("with the pods holding 8: %d pods (%q), want 3 by work", dec.Scale, dec.Reason)
+	}
+}

@@ -60,6 +60,9 @@ type Inputs struct {
 	// the windows.
 	RecentConcurrency, RecentRPS float64
 	HasRecent                    bool
+	// RecentInPods is the part of RecentConcurrency the pods hold, their
+	// own and proxied (decider.Observation.InPods).
+	RecentInPods float64
 }
 
 // Service is one service's window, decider and newest second of load. It
@@ -199,6 +202,7 @@ func (s *Service) Decide(in Inputs) decider.Decision {
 			v = in.RecentRPS
 		}
 		o.Panic = max(o.Panic, v)
+		o.InPods = in.RecentInPods
 		if o.HasArrivals {
 			o.ArrivalsPanic = max(o.ArrivalsPanic, in.RecentRPS)
 		}

@@ -2,7 +2,7 @@
 GO ?= go
 BIN ?= bin
 
-.PHONY: all build test vet fmt-check staticcheck actionlint tidy-check unit fuzz bench soak images push clean swell-cluster e2e chaos scale-cluster cluster-up cluster-down
+.PHONY: all build test vet fmt-check staticcheck actionlint tidy-check chart unit fuzz bench soak images push clean swell-cluster e2e chaos scale-cluster cluster-up cluster-down
 
 all: build
 
@@ -12,11 +12,23 @@ RELEASE_FLAGS ?= -trimpath -ldflags "-s -w"
 
 build:
 	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
+	cp $(BIN)/swell $(BIN)/kubectl-swell
+
+## chart: Swell's Helm chart (deploy/chart), linted by the Helm that
+## hack/helm pins as a Go tool (a module of its own, so that Helm's
+## dependencies never choose the versions Swell's binaries link), and its
+## tests: it renders deploy/'s objects, its values do what they say, and
+## its schema refuses what it does not know.
+HELM = $(GO) -C hack/helm tool helm
+chart:
+	$(HELM) lint --strict $(CURDIR)/deploy/chart
+	cd hack/helm && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## test: everything that must pass — vet, formatting, static analysis,
-## the workflows' lint, tidy modules, race-enabled tests, the images'
-## build, and every fuzzer for a bounded time.
-test: vet fmt-check staticcheck actionlint tidy-check unit fuzz
+## the workflows' lint, tidy modules, the Helm chart's lint and tests,
+## race-enabled tests, the images' build, and every fuzzer for a bounded
+## time.
+test: vet fmt-check staticcheck actionlint tidy-check chart unit fuzz
 
 vet:
 	$(GO) vet ./...
@@ -158,7 +170,7 @@ cluster-down: swell-cluster
 ## (it runs shellcheck on their scripts when shellcheck is installed).
 ## tidy-check: fails when go.mod and go.sum of any module (the main one,
 ## hack/cluster and its runtime module) are not what `go mod tidy` would
-## make them.
+## make them, and hack/helm's.
 
 staticcheck:
 	$(GO) tool staticcheck ./...
@@ -170,6 +182,7 @@ tidy-check:
 	$(GO) mod tidy -diff
 	cd hack/cluster && $(GO) mod tidy -diff
 	cd hack/cluster/build/runtime && $(GO) mod tidy -diff
+	cd hack/helm && $(GO) mod tidy -diff
 
 clean:
 	rm -rf $(BIN)

@@ -73,9 +73,11 @@ fuzz:
 ## linux/arm64 (PLATFORMS=linux/arm64 for fewer), one OCI layout each under
 ## $(BIN)/images. VERSION sets their tag and version label (default: the
 ## tag at HEAD on a clean tree, else the commit).
-## push: the images pushed to $(REGISTRY) (host/org), and the kustomize
-## overlay pinning deploy/ to their digests printed and written to
-## $(BIN)/overlay (`kubectl apply -k $(BIN)/overlay`).
+## push: the images pushed to $(REGISTRY) (host/org), then the Helm chart
+## with its images pinned to their digests, to $(REGISTRY)/charts/swell
+## (`helm install swell oci://$(REGISTRY)/charts/swell --version ...`), and
+## the kustomize overlay pinning deploy/ to the same digests printed and
+## written to $(BIN)/overlay (`kubectl apply -k $(BIN)/overlay`).
 IMAGES = $(GO) run ./hack/images/cmd/swell-images
 IMAGES_FLAGS = --out $(BIN)/images $(if $(VERSION),--version $(VERSION)) $(if $(PLATFORMS),--platforms $(PLATFORMS))
 

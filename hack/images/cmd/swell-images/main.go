@@ -34,8 +34,10 @@ build writes one OCI image layout per image, DIR/<image>/, and prints each
 image's name, tag and digest.
 
 push pushes each image to HOST/ORG/<image>:<tag> — from the layouts in
---out when they are there, else built — and prints a kustomization that
-pins deploy/ to the pushed digests; --overlay DIR also writes it to
+--out when they are there, else built — then Swell's Helm chart
+(deploy/chart), its images pinned to the pushed digests, to
+HOST/ORG/charts/swell:<chart version> (the tag without its v, or 0.0.0-<revision>),
+and prints a kustomization that pins deploy/ to the pushed digests; --overlay DIR also writes it to
 DIR/kustomization.yaml, and the example's to DIR/hello/kustomization.yaml.
 Without --overlay, the printed kustomization's path to deploy/ is
 relative to the current directory. Credentials are the docker CLI's
@@ -199,11 +201,14 @@ func (o *options) image(ctx context.Context, s images.Spec, stderr io.Writer) (v
 // them.
 func (o *options) push(ctx context.Context, specs []images.Spec, stdout, stderr io.Writer, opts []remote.Option) error {
 	pinned := images.Pinned{}
+	// The chart's version is the images': the tag pushed.
+	var version string
 	for _, s := range specs {
 		idx, tag, err := o.image(ctx, s, stderr)
 		if err != nil {
 			return err
 		}
+		version = tag
 		d, err := images.Push(ctx, images.Target(o.registry, s.Name, tag), idx, opts...)
 		if err != nil {
 			return err
@@ -211,6 +216,16 @@ func (o *options) push(ctx context.Context, specs []images.Spec, stdout, stderr 
 		fmt.Fprintf(stderr, "pushed %s\n", d.Name())
 		pinned[s.Name] = d
 	}
+	pkg, err := pinned.PackageChart(filepath.Join(o.source, "deploy", "chart"), version, specs[0].Created)
+	if err != nil {
+		return err
+	}
+	chart, err := images.PushChart(ctx, o.registry, pkg, specs[0].Created, opts...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "pushed %s (helm install swell oci://%s --version %s --namespace swell-system --create-namespace)\n",
+		chart.Name(), chart.Context().Name(), images.ChartVersion(version))
 	deploy, example, err := o.bases()
 	if err != nil {
 		return err

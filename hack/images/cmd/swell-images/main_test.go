@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"flag"
 	"io"
@@ -69,6 +71,41 @@ func TestPushReusesLayouts(t *testing.T) {
 		}
 		if !strings.Contains(stderr.String(), "pushed "+tag.Context().Name()+"@"+want.String()) {
 			t.Errorf("the command did not say it pushed %s@%s:\n%s", tag.Context().Name(), want, stderr.Bytes())
+		}
+	}
+
+	// The chart, its images pinned to what was pushed, under the images'
+	// version.
+	chart, err := name.NewTag(repo + "/charts/swell:0.0.0-v9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(chart, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("%s: %v", chart, err)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("%s: layers %v, %v", chart, layers, err)
+	}
+	rc, err := layers[0].Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	var values []byte
+	for hdr, err := tr.Next(); err == nil; hdr, err = tr.Next() {
+		if hdr.Name == "swell/values.yaml" {
+			values, _ = io.ReadAll(tr)
+		}
+	}
+	for _, n := range []string{images.Autoscaler, images.Activator, images.QueueProxy} {
+		if want := `digest: "` + built[n].String() + `"`; !bytes.Contains(values, []byte(want)) {
+			t.Errorf("the pushed chart's values.yaml lacks %s's %q:\n%s", n, want, values)
 		}
 	}
 

@@ -4,11 +4,15 @@
 // from the images built from this tree.
 //
 // The tests run inside the cluster's network namespace, so they reach pod
-// IPs and Services' ClusterIPs directly, and read four variables:
+// IPs and Services' ClusterIPs directly, and read these variables:
 //
 //	KUBECONFIG     the admin kubeconfig; without it every test skips
-//	SWELL_DEPLOY   the kustomization that installs Swell's deploy/ with
-//	               the images the node was given
+//	SWELL_DEPLOY   the directory of the kustomization that installs
+//	               Swell's deploy/ with the images the node was given,
+//	               and of swell.tgz, its Helm chart packaged with them,
+//	               which the suite installs
+//	SWELL_HELM     the helm program (hack/helm's version)
+//	SWELL_CLI      Swell's command line, built from this tree
 //	SWELL_KUBELET_DIR  the kubelet's root directory, where the chaos suite
 //	               rotates the activators' tokens as the kubelet does
 //	SWELL_GATEWAY_CRDS  the Gateway API CRDs of the release the ingress

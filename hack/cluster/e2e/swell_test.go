@@ -25,7 +25,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
@@ -56,12 +55,12 @@ const (
 	scaleTimeout = 90 * time.Second
 )
 
-// installSwell installs deploy/ once for the whole suite, through the
-// overlay the harness wrote (SWELL_DEPLOY: the images built from this tree,
-// pinned by digest), with the cluster-wide defaults the tests rely on, and
-// waits until both the autoscaler's replicas and the activator's are ready
-// and the webhooks hold the autoscaler's CA. The tests that need Swell
-// call it first.
+// installSwell installs Swell once for the whole suite, as its users
+// do: `helm install` of its chart, packaged by the harness with the images
+// built from this tree pinned by digest (SWELL_DEPLOY/swell.tgz), with the
+// settings the tests rely on; and waits until both the autoscaler's
+// replicas and the activator's are ready and the webhooks hold the
+// autoscaler's CA. The tests that need Swell call it first.
 var installSwell = sync.OnceValue(func() error {
 	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
 	defer cancel()
@@ -69,17 +68,28 @@ var installSwell = sync.OnceValue(func() error {
 	if overlay == "" {
 		return fmt.Errorf("SWELL_DEPLOY is not set, so Swell's images are not known: %s", runHint)
 	}
-	// The overlay, with what the suite sets: what a service's policy
-	// learns is written every few seconds rather than every five minutes,
-	// so that a test sees it kept (TestSwellLeaderFailover). A wrapping
-	// kustomization, so that the autoscaler starts with it, not rolls.
-	suite, err := suiteOverlay(overlay)
+	env, err := json.Marshal([]map[string]string{
+		// What a service's policy learns is written every few seconds
+		// rather than every five minutes, so that a test sees it kept
+		// (TestSwellLeaderFailover).
+		{"name": "MEMORY_KEEP_INTERVAL", "value": memoryKeepInterval.String()},
+	})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(suite)
-	if out, err := kubectl(ctx, nil, "apply", "--server-side", "-k", suite); err != nil {
-		return fmt.Errorf("kubectl apply -k %s (over %s): %v\n%s", suite, overlay, err, out)
+	if out, err := helm(ctx, "install", "swell", filepath.Join(overlay, "swell.tgz"),
+		"--namespace", swellNamespace, "--create-namespace",
+		"--set-json", "autoscaler.env="+string(env),
+		// Three activators rather than two, so that every test splits a
+		// service's capacity among several and the pods count each one's
+		// requests apart.
+		"--set", fmt.Sprintf("activator.autoscaling.minReplicas=%d", activators),
+		// Short windows, so that scaling to zero happens within a test.
+		"--set", "defaults.window=6s",
+		"--set", "defaults.scale-to-zero-grace-period=4s",
+		"--set", "defaults.enable-scale-to-zero=true",
+	); err != nil {
+		return fmt.Errorf("helm install %s: %v\n%s", filepath.Join(overlay, "swell.tgz"), err, out)
 	}
 	cfg, err := adminConfig()
 	if err != nil {
@@ -89,9 +99,8 @@ var installSwell = sync.OnceValue(func() error {
 	if err != nil {
 		return err
 	}
-	// Three activators rather than deploy/'s two, so that every test
-	// splits a service's capacity among several and the pods count each
-	// one's requests apart.
+	// The HPA raises the activators to its minimum on its own, at its
+	// next sync; scaled here, they start at once.
 	scale, err := cs.AppsV1().Deployments(swellNamespace).GetScale(ctx, "activator", metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -99,13 +108,6 @@ var installSwell = sync.OnceValue(func() error {
 	scale.Spec.Replicas = activators
 	if _, err := cs.AppsV1().Deployments(swellNamespace).UpdateScale(ctx, "activator", scale, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("scale the activators to %d: %w", activators, err)
-	}
-	// Short windows, so that scaling to zero happens within a test: the
-	// ConfigMap is reloaded without a restart.
-	defaults := map[string]string{"window": "6s", "scale-to-zero-grace-period": "4s", "enable-scale-to-zero": "true"}
-	patch, _ := json.Marshal(map[string]any{"data": defaults})
-	if _, err := cs.CoreV1().ConfigMaps(swellNamespace).Patch(ctx, "swell-defaults", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("set the test defaults: %w", err)
 	}
 	var last error
 	if err := wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
@@ -117,37 +119,15 @@ var installSwell = sync.OnceValue(func() error {
 	return nil
 })
 
-// suiteOverlay writes, in a new temporary directory, a kustomization of
-// overlay with the suite's settings, and returns the directory.
-func suiteOverlay(overlay string) (string, error) {
-	dir, err := os.MkdirTemp("", "swell-e2e-overlay-")
-	if err != nil {
-		return "", err
+// helm runs the Helm the harness built (SWELL_HELM) against the cluster.
+func helm(ctx context.Context, args ...string) (string, error) {
+	bin := os.Getenv("SWELL_HELM")
+	if bin == "" {
+		return "", fmt.Errorf("SWELL_HELM is not set: %s", runHint)
 	}
-	abs, err := filepath.Abs(overlay)
-	if err != nil {
-		return "", err
-	}
-	// kustomize takes no absolute path to a base.
-	rel, err := filepath.Rel(dir, abs)
-	if err != nil {
-		return "", err
-	}
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-patches:
-  - target: {kind: Deployment, name: autoscaler}
-    patch: |-
-      - op: add
-        path: /spec/template/spec/containers/0/env/-
-        value: {name: MEMORY_KEEP_INTERVAL, value: %s}
-`, rel, memoryKeepInterval)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		return "", err
-	}
-	return dir, nil
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // swellReady says what Swell still lacks, or nil.

@@ -146,7 +146,9 @@ func Build(ctx context.Context, o Options) ([]Layout, error) {
 // WriteOverlay writes into dir a kustomization that installs Swell's
 // deploy/ (at deployDir) with the images of layouts, pinned by digest: the
 // autoscaler's, the activator's, and the queue-proxy the autoscaler's
-// webhook injects. `kubectl apply -k dir` installs what was built.
+// webhook injects; and, as ChartFile, deploy/chart packaged with the same
+// images. `kubectl apply -k dir`, or `helm install swell dir/swell.tgz`,
+// installs what was built.
 func WriteOverlay(dir, deployDir string, layouts []Layout) error {
 	pinned := images.Pinned{}
 	for _, l := range layouts {
@@ -171,5 +173,21 @@ func WriteOverlay(dir, deployDir string, layouts []Layout) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "kustomization.yaml"), b, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), b, 0o644); err != nil {
+		return err
+	}
+	// And Swell's Helm chart, packaged with the same images pinned: what
+	// the suite installs.
+	pkg, err := pinned.PackageChart(filepath.Join(deployDir, "chart"), ChartVersion, time.Unix(0, 0).UTC())
+	if err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, ChartFile), pkg, 0o644)
 }
+
+// ChartFile is the packaged chart WriteOverlay writes beside the
+// kustomization, and ChartVersion its version.
+const (
+	ChartFile    = "swell.tgz"
+	ChartVersion = "e2e"
+)

@@ -2,6 +2,8 @@ package nodeimages
 
 import (
 	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -92,8 +94,34 @@ func TestWriteOverlay(t *testing.T) {
 	for _, ref := range []string{Autoscaler, Activator, QueueProxy, Hello, Pause, Box} {
 		layouts = append(layouts, Layout{Ref: ref, Digest: digest, Dir: "unused"})
 	}
+	_, main := dirs(t)
+	if err := os.CopyFS(filepath.Join(deploy, "chart"), os.DirFS(filepath.Join(main, "deploy", "chart"))); err != nil {
+		t.Fatal(err)
+	}
 	if err := WriteOverlay(overlay, deploy, layouts); err != nil {
 		t.Fatal(err)
+	}
+	// The chart, packaged with the same images.
+	pkg, err := os.ReadFile(filepath.Join(overlay, ChartFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gz, err := gzip.NewReader(bytes.NewReader(pkg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := ""
+	tr := tar.NewReader(gz)
+	for hdr, err := tr.Next(); err == nil; hdr, err = tr.Next() {
+		if hdr.Name == "swell/values.yaml" {
+			b, _ := io.ReadAll(tr)
+			values = string(b)
+		}
+	}
+	for _, want := range []string{"repository: " + images.Autoscaler, "repository: " + images.QueueProxy, `digest: "` + digest + `"`} {
+		if !strings.Contains(values, want) {
+			t.Errorf("the chart's values lack %q:\n%s", want, values)
+		}
 	}
 	b, err := os.ReadFile(filepath.Join(overlay, "kustomization.yaml"))
 	if err != nil {

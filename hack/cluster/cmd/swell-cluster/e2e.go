@@ -85,6 +85,25 @@ func cmdE2E(ctx context.Context, args []string, log *slog.Logger) error {
 		return fmt.Errorf("compile the end-to-end suite: %w\n%s", err, out.Bytes())
 	}
 	log.Info("built", "binary", "e2e.test", "took", since(t0))
+	// And the programs the suite runs: Helm, at the version the main
+	// module's hack/helm pins, to install Swell from its chart; and
+	// Swell's command line.
+	main := filepath.Join(module, "..", "..")
+	programs := []struct{ dir, pkg, out string }{
+		{filepath.Join(main, "hack", "helm"), "helm.sh/helm/v4/cmd/helm", filepath.Join(work, "helm")},
+		{main, "./cmd/swell", filepath.Join(work, "swell")},
+	}
+	for _, p := range programs {
+		t0 := time.Now()
+		gobuild := exec.CommandContext(ctx, "go", "build", "-o", p.out, p.pkg)
+		gobuild.Dir = p.dir
+		var out bytes.Buffer
+		gobuild.Stdout, gobuild.Stderr = &out, &out
+		if err := gobuild.Run(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", p.pkg, err, out.Bytes())
+		}
+		log.Info("built", "binary", filepath.Base(p.out), "took", since(t0))
+	}
 
 	if *stress {
 		log.Info("a CPU hog keeps every core busy while the suite runs")
@@ -155,7 +174,9 @@ func (s e2eSuite) run(ctx context.Context) runResult {
 	cmd.Env = append(clusterEnv(&c.State), "SWELL_DEPLOY="+deployOverlay(s.work),
 		"SWELL_KUBELET_DIR="+node.NewLayout(state, s.o.name).Kubelet,
 		"SWELL_E2E_EVIDENCE="+evidence,
-		"SWELL_GATEWAY_CRDS="+s.bins.Traefik.GatewayCRDs)
+		"SWELL_GATEWAY_CRDS="+s.bins.Traefik.GatewayCRDs,
+		"SWELL_HELM="+filepath.Join(s.work, "helm"),
+		"SWELL_CLI="+filepath.Join(s.work, "swell"))
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, results), io.MultiWriter(os.Stderr, results)
 	testErr := cmd.Run()
 	results.close()

@@ -43,6 +43,7 @@ var commands = []command{
 	{name: "hello", summary: "serve the example app (what swell local --demo runs)", run: runHello},
 	{name: "queue-proxy", summary: "run the queue-proxy sidecar (what swell local runs for each replica)", run: runQueueProxy},
 	{name: "inject", summary: "inject the queue-proxy into opted-in workloads of Kubernetes manifests, offline", run: runInject},
+	{name: "import", summary: "convert Knative Services into Deployments and Services that run on Swell", run: runImport},
 }
 
 func main() {

@@ -617,8 +617,26 @@ func TestStatusOverHTTP(t *testing.T) {
 
 func TestFiniteKeepsJSONEncodable(t *testing.T) {
 	for _, f := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), -1, 0, 3.5} {
-		if _, err := json.Marshal(finite(f)); err != nil {
-			t.Errorf("finite(%v): %v", f, err)
+		if _, err := json.Marshal(Finite(f)); err != nil {
+			t.Errorf("Finite(%v): %v", f, err)
+		}
+	}
+}
+
+func TestServiceStatusLoadIsTheMetrics(t *testing.T) {
+	sample := &SampleStatus{Concurrency: 3, RPS: 40}
+	for _, tc := range []struct {
+		metric string
+		sample *SampleStatus
+		want   float64
+	}{
+		{"concurrency", sample, 3},
+		{"rps", sample, 40},
+		{"cpu", sample, 3},
+		{"rps", nil, 0},
+	} {
+		if got := (ServiceStatus{Metric: tc.metric, LastSample: tc.sample}).Load(); got != tc.want {
+			t.Errorf("%s, sample %v: Load %v, want %v", tc.metric, tc.sample, got, tc.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/swell-run/swell/pkg/autoscaling"
 	"github.com/swell-run/swell/pkg/network"
 	"github.com/swell-run/swell/pkg/service"
 )
@@ -56,6 +57,19 @@ type ServiceStatus struct {
 	// changed the scale, panic mode or the need for the activator, those
 	// made on a poke, and the first. Unchanged ticks are not kept.
 	Decisions []DecisionStatus `json:"decisions"`
+}
+
+// Load is the service's metric over the newest second collected: requests
+// per second for rps, requests in flight for every other metric (the
+// collector's seconds hold requests only); 0 before the first.
+func (ss ServiceStatus) Load() float64 {
+	switch {
+	case ss.LastSample == nil:
+		return 0
+	case ss.Metric == string(autoscaling.MetricRPS):
+		return ss.LastSample.RPS
+	}
+	return ss.LastSample.Concurrency
 }
 
 // SampleStatus is one second of a service's collected load.
@@ -152,7 +166,7 @@ func (a *Autoscaler) serviceStatus(s *svc) ServiceStatus {
 	}
 	if s.sampled {
 		ls := s.sample
-		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: finite(ls.Concurrency), RPS: finite(ls.RPS),
+		ss.LastSample = &SampleStatus{Time: ls.Time, Concurrency: Finite(ls.Concurrency), RPS: Finite(ls.RPS),
 			Read: s.sampleRead, Pushed: s.samplePushed}
 	}
 	s.mu.Unlock()
@@ -165,12 +179,12 @@ func decisionStatus(e entry) DecisionStatus {
 		Trigger:             e.trigger().String(),
 		Ready:               e.d.Ready,
 		Current:             e.current,
-		Stable:              finite(e.d.Stable),
-		Panic:               finite(e.d.Panic),
+		Stable:              Finite(e.d.Stable),
+		Panic:               Finite(e.d.Panic),
 		Desired:             e.d.Desired,
 		Scale:               e.d.Scale,
 		PanicMode:           e.d.InPanic,
-		ExcessBurstCapacity: finite(e.d.ExcessBurstCapacity),
+		ExcessBurstCapacity: Finite(e.d.ExcessBurstCapacity),
 		NeedActivator:       e.d.NeedActivator,
 		ActivatorInPath:     e.in.ActivatorInPath,
 		ActivatorPending:    e.in.ActivatorPending,
@@ -181,7 +195,7 @@ func decisionStatus(e entry) DecisionStatus {
 // finite keeps a figure encodable in JSON, which has no infinities: an
 // "always in the path" burst capacity of −Inf reads as the most negative
 // float.
-func finite(f float64) float64 {
+func Finite(f float64) float64 {
 	switch {
 	case math.IsNaN(f):
 		return 0

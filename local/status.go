@@ -172,12 +172,7 @@ func (s *Server) serviceStatus(ls *localService) ServiceStatus {
 		ss.Stable, ss.Panic, ss.PanicMode = as.Stable, as.Panic, as.PanicMode
 		ss.ExcessBurstCapacity, ss.Reason = as.ExcessBurstCapacity, as.Reason
 		ss.Decisions = as.Decisions
-		if as.LastSample != nil {
-			ss.Load = as.LastSample.Concurrency
-			if as.Metric == string(autoscaling.MetricRPS) {
-				ss.Load = as.LastSample.RPS
-			}
-		}
+		ss.Load = as.Load()
 	}
 	ss.Queued, _ = s.act.Queued(ls.key)
 	ss.Events = s.events.of(ls.name)

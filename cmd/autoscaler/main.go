@@ -69,8 +69,9 @@ import (
 	"github.com/swell-run/swell/pkg/shard"
 )
 
-// component names the autoscaler to the API server and in Events.
-const component = "swell-autoscaler"
+// component names the autoscaler to the API server and in Events, where
+// `swell status` looks for them.
+const component = kube.AutoscalerComponent
 
 func main() {
 	os.Exit(run(os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -37,7 +38,7 @@ type command struct {
 // add one, write its run function in its own file and add a line here.
 var commands = []command{
 	{name: "local", summary: "run the data plane on this machine, replicas as local processes (--demo: the example app)", run: runLocal},
-	{name: "status", summary: "show what swell local is doing: replicas, load, panic mode, queued requests, decisions", run: runStatus},
+	{name: "status", summary: "show what swell local or a cluster is doing: replicas, load, panic mode, queued requests, decisions", run: runStatus},
 	{name: "load", summary: "send HTTP load: a fixed rate, a trace replay or a closed loop", run: runLoad},
 	{name: "sim", summary: "simulate autoscaling on a trace or generated traffic, or replay decider inputs", run: runSim},
 	{name: "hello", summary: "serve the example app (what swell local --demo runs)", run: runHello},
@@ -46,7 +47,21 @@ var commands = []command{
 	{name: "import", summary: "convert Knative Services into Deployments and Services that run on Swell", run: runImport},
 }
 
+// prog is the name Swell was run by, as usage, help and errors say it:
+// "kubectl swell" when kubectl runs the binary as its plugin kubectl-swell
+// (`kubectl swell status`), else "swell".
+var prog = "swell"
+
+// progName is prog for a binary run as arg0.
+func progName(arg0 string) string {
+	if strings.TrimSuffix(filepath.Base(arg0), ".exe") == "kubectl-swell" {
+		return "kubectl swell"
+	}
+	return "swell"
+}
+
 func main() {
+	prog = progName(os.Args[0])
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal asks the command to wrap up; restoring the
@@ -71,7 +86,7 @@ func dispatch(ctx context.Context, args []string, s streams) int {
 			if c, ok := lookup(args[1]); ok {
 				return c.run(ctx, []string{"--help"}, s)
 			}
-			fmt.Fprintf(s.stderr, "swell help: unknown command %q; commands are %s\n", args[1], names())
+			fmt.Fprintf(s.stderr, "%s help: unknown command %q; commands are %s\n", prog, args[1], names())
 			return 2
 		}
 		usage(s.stdout)
@@ -79,7 +94,7 @@ func dispatch(ctx context.Context, args []string, s streams) int {
 	}
 	c, ok := lookup(name)
 	if !ok {
-		fmt.Fprintf(s.stderr, "swell: unknown command %q; commands are %s (see swell help)\n", name, names())
+		fmt.Fprintf(s.stderr, "%s: unknown command %q; commands are %s (see %[1]s help)\n", prog, name, names())
 		return 2
 	}
 	return c.run(ctx, args[1:], s)
@@ -103,7 +118,7 @@ func names() string {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: swell COMMAND [flags] [arguments]")
+	fmt.Fprintf(w, "Usage: %s COMMAND [flags] [arguments]\n", prog)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	width := 0
@@ -114,7 +129,7 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'swell help COMMAND' (or 'swell COMMAND --help') for a command's flags.")
+	fmt.Fprintf(w, "Run '%s help COMMAND' (or '%[1]s COMMAND --help') for a command's flags.\n", prog)
 }
 
 // printFlags lists fs's flags the way the help text names them: --long, -H.

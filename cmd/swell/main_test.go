@@ -38,7 +38,7 @@ func TestDispatch(t *testing.T) {
 		{[]string{"local"}, 2, "nothing to run"},
 		{[]string{"local", "--demo", "--", "x"}, 2, "--demo and a command do not go together"},
 		{[]string{"local", "--min-scale", "x", "--", "app"}, 2, "--min-scale: \"x\" is not an integer"},
-		{[]string{"status", "-o", "yaml"}, 2, "accepted: table or json"},
+		{[]string{"status", "-o", "xml"}, 2, "accepted: table, json or yaml"},
 		{[]string{"--help"}, 0, "Commands:"},
 		{[]string{"help", "load"}, 0, "Usage: swell load"},
 		{[]string{"load", "--help"}, 0, "--sleep-per-token duration"},

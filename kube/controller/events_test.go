@@ -111,7 +111,7 @@ func statusPatches(h *harness) []string {
 	return out
 }
 
-func statusOf(t *testing.T, h *harness, name string) (StatusAnnotation, bool) {
+func statusOf(t *testing.T, h *harness, name string) (kube.Status, bool) {
 	t.Helper()
 	obj, err := h.cs.Tracker().Get(deploymentsGVR, testNS, name)
 	if err != nil {
@@ -119,9 +119,9 @@ func statusOf(t *testing.T, h *harness, name string) (StatusAnnotation, bool) {
 	}
 	text, ok := obj.(*appsv1.Deployment).Annotations[kube.AnnotationStatus]
 	if !ok {
-		return StatusAnnotation{}, false
+		return kube.Status{}, false
 	}
-	var a StatusAnnotation
+	var a kube.Status
 	if err := json.Unmarshal([]byte(text), &a); err != nil {
 		t.Fatalf("status annotation %q: %v", text, err)
 	}
@@ -157,8 +157,8 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 	if p := statusPatches(h); len(p) != 1 {
 		t.Fatalf("patches %q, want 1", p)
 	}
-	want := StatusAnnotation{Ready: 2, Desired: 3, Recommended: 4, Panic: true, ActivatorInPath: true, Route: "activator",
-		Reason: "panic: wants 4 pods for 2 ready at target 70"}
+	want := kube.Status{Ready: 2, Desired: 3, Recommended: 4, Panic: true, ActivatorInPath: true, Route: "activator",
+		Reason: "panic: wants 4 pods for 2 ready at target 70", Loads: kube.StatusLoads{Time: h.clock.Now()}}
 	if got, ok := statusOf(t, h, "hello"); !ok || got != want {
 		t.Errorf("status annotation %+v (present %v), want %+v", got, ok, want)
 	}
@@ -185,6 +185,7 @@ func TestStatusAnnotationIsPatchedOnlyWhenItChanges(t *testing.T) {
 		t.Fatalf("patches %q, want 2", p)
 	}
 	want.Desired, want.Panic, want.ActivatorInPath, want.Route = 4, false, false, "pods"
+	want.Loads.Time = ss.Time
 	if got, _ := statusOf(t, h, "hello"); got != want {
 		t.Errorf("status annotation %+v, want %+v", got, want)
 	}

@@ -15,42 +15,28 @@ import (
 	"github.com/swell-run/swell/pkg/service"
 )
 
-// StatusAnnotation is the JSON of the kube.AnnotationStatus annotation on
-// an autoscaled Deployment. It holds no time, so that it changes only when
-// the autoscaler's view of the Deployment does.
-type StatusAnnotation struct {
-	// Ready is the Deployment's ready pods now.
-	Ready int `json:"ready"`
-	// Desired is the replica count the latest decision asked for;
-	// Recommended is the policy's recommendation before bounds and
-	// scale-to-zero gating.
-	Desired     int `json:"desired"`
-	Recommended int `json:"recommended"`
-	// Panic says the latest decision was in panic mode.
-	Panic bool `json:"panic"`
-	// ActivatorInPath says the activator is in the path and staying there
-	// (plan.Status.ActivatorInPath).
-	ActivatorInPath bool `json:"activatorInPath"`
-	// Route is the route in effect, "activator" or "pods"; absent while
-	// the Deployment has not been routed.
-	Route string `json:"route,omitempty"`
-	// Reason is the latest decision's reason.
-	Reason string `json:"reason"`
-	// Memory is what the service's policy has learned (base64 of
-	// decider.Decider.Memory, well under 1 KB), kept here so that it
-	// survives an autoscaler restart and a leader change; absent for a
-	// policy that learns nothing.
-	Memory string `json:"memory,omitempty"`
-}
-
-func statusAnnotation(ss autoscaler.ServiceStatus, st plan.Status) StatusAnnotation {
-	a := StatusAnnotation{
+// statusAnnotation is the status annotation of a Deployment whose loop
+// status is ss and backend status st. Every figure is finite, so that it
+// encodes.
+func statusAnnotation(ss autoscaler.ServiceStatus, st plan.Status) kube.Status {
+	a := kube.Status{
 		Ready:           st.Ready,
 		Desired:         ss.Scale,
 		Recommended:     ss.Desired,
 		Panic:           ss.PanicMode,
 		ActivatorInPath: st.ActivatorInPath(),
 		Reason:          ss.Reason,
+		Class:           ss.Class,
+		Metric:          ss.Metric,
+		TargetPerPod:    autoscaler.Finite(ss.TargetPerPod),
+		Loads: kube.StatusLoads{
+			Time:                ss.Time,
+			Load:                autoscaler.Finite(ss.Load()),
+			Stable:              autoscaler.Finite(ss.Stable),
+			Panic:               autoscaler.Finite(ss.DecisionStatus.Panic),
+			ExcessBurstCapacity: autoscaler.Finite(ss.ExcessBurstCapacity),
+			Queued:              ss.ActivatorPending,
+		},
 	}
 	if st.Route != plan.RouteUnknown {
 		a.Route = st.Route.String()
@@ -58,10 +44,30 @@ func statusAnnotation(ss autoscaler.ServiceStatus, st plan.Status) StatusAnnotat
 	return a
 }
 
+// sameStatus reports whether the annotation text says what a says, as far
+// as writing goes: the loads are left out, so that they alone never cost a
+// write; and an annotation from before the policy fields were written is
+// not rewritten only to add them (after an upgrade, a leader would
+// otherwise patch every Deployment at once, ahead of its scale writes).
+func sameStatus(text string, a kube.Status) bool {
+	if text == "" || len(text) > 64<<10 {
+		return false
+	}
+	var old kube.Status
+	if json.Unmarshal([]byte(text), &old) != nil {
+		return false
+	}
+	if old.Class == "" && old.Metric == "" && old.TargetPerPod == 0 {
+		old.Class, old.Metric, old.TargetPerPod = a.Class, a.Metric, a.TargetPerPod
+	}
+	old.Loads, a.Loads = kube.StatusLoads{}, kube.StatusLoads{}
+	return old == a
+}
+
 // writeStatus brings d's status annotation up to date with a metadata
 // merge patch, which does not start a rollout. Nothing is written when the
-// content is unchanged, and nothing before the loop's first decision for
-// the Deployment.
+// content is unchanged but for the loads (sameStatus), and nothing before
+// the loop's first decision for the Deployment.
 func (c *Controller) writeStatus(ctx context.Context, sc Scaling, key service.Key, d *appsv1.Deployment, st *state) error {
 	ss, ok := sc.ServiceStatus(key)
 	if !ok || !ss.Decided {
@@ -74,14 +80,14 @@ func (c *Controller) writeStatus(ctx context.Context, sc Scaling, key service.Ke
 	}
 	sa := statusAnnotation(ss, c.backend.status(key, d))
 	sa.Memory = c.backend.memoryText(key, d)
+	if sameStatus(d.Annotations[kube.AnnotationStatus], sa) || sameStatus(st.status, sa) && st.statusRV == d.ResourceVersion {
+		return nil
+	}
 	b, err := json.Marshal(sa)
 	if err != nil {
 		return fmt.Errorf("status annotation of deployment %s: %w", key, err)
 	}
 	text := string(b)
-	if d.Annotations[kube.AnnotationStatus] == text || st.status == text && st.statusRV == d.ResourceVersion {
-		return nil
-	}
 	meta := map[string]any{"annotations": map[string]string{kube.AnnotationStatus: text}}
 	if d.ResourceVersion != "" {
 		// Only onto the Deployment as read: one that has opted out since

@@ -1,14 +1,18 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,4 +127,165 @@ spec:
 	if n, err := e.replicas(t.Context(), name); err != nil || n < 1 {
 		t.Errorf("scale after the request: %d %v, want at least 1", n, err)
 	}
+}
+
+// cliStatus is what the suite reads of `swell status -o json` on a
+// cluster (docs/status.md).
+type cliStatus struct {
+	Services []cliService `json:"services"`
+}
+
+type cliService struct {
+	Namespace string  `json:"namespace"`
+	Name      string  `json:"name"`
+	Ready     int     `json:"ready"`
+	Desired   int     `json:"desired"`
+	Decided   bool    `json:"decided"`
+	Route     string  `json:"route"`
+	Class     string  `json:"class"`
+	Metric    string  `json:"metric"`
+	Target    float64 `json:"targetPerPod"`
+	Reason    string  `json:"reason"`
+	Events    []struct {
+		Reason string `json:"reason"`
+		Text   string `json:"text"`
+	} `json:"events"`
+}
+
+func (s cliStatus) service(ns, name string) (cliService, bool) {
+	i := slices.IndexFunc(s.Services, func(v cliService) bool { return v.Namespace == ns && v.Name == name })
+	if i < 0 {
+		return cliService{}, false
+	}
+	return s.Services[i], true
+}
+
+func (v cliService) hasEvent(reason string) bool {
+	return slices.ContainsFunc(v.Events, func(e struct {
+		Reason string `json:"reason"`
+		Text   string `json:"text"`
+	}) bool {
+		return e.Reason == reason
+	})
+}
+
+// TestSwellStatusShowsTheClusterScaling: `swell status -A -o json` lists
+// the services of every namespace, as the autoscaler's status annotation
+// and Events describe them, while one scales up under load and another
+// sits at zero behind the activators; and `-w` follows the busy one back
+// down once the load stops.
+func TestSwellStatusShowsTheClusterScaling(t *testing.T) {
+	t.Parallel()
+	e := swellSetup(t)
+	const busy, idle = "status-busy", "status-idle"
+	e.createHello(swellHello(busy, nil, map[string]string{
+		"swell.run/container-concurrency": "1",
+		"autoscaling.swell.run/min-scale": "1",
+		"autoscaling.swell.run/max-scale": "4",
+	}))
+	e.createHello(swellHello(idle, int32p(0), map[string]string{"autoscaling.swell.run/min-scale": "0"}))
+	e.eventually(busy+" ready and routed", func(ctx context.Context) error {
+		if n, err := e.cs.AppsV1().Deployments(e.ns).Get(ctx, busy, metav1.GetOptions{}); err != nil || n.Status.ReadyReplicas < 1 {
+			return fmt.Errorf("deployment %v, %v: want a ready pod", n, err)
+		}
+		_, err := e.routeSlice(ctx, busy)
+		return err
+	})
+	e.waitProxied(busy, "")
+
+	status := func(ctx context.Context) (cliStatus, error) {
+		out, errOut, err := swellCLI(ctx, nil, "status", "-A", "-o", "json")
+		if err != nil {
+			return cliStatus{}, fmt.Errorf("swell status -A -o json: %v\n%s", err, errOut)
+		}
+		var st cliStatus
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			return cliStatus{}, fmt.Errorf("swell status -A -o json printed no status: %v\n%s", err, out)
+		}
+		return st, nil
+	}
+
+	// Load: more requests in flight than one pod takes.
+	ctx, stopLoad := context.WithTimeout(t.Context(), scaleTimeout)
+	var wg sync.WaitGroup
+	defer func() {
+		stopLoad()
+		wg.Wait()
+	}()
+	for range 6 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				e.viaService(ctx, busy, "/?sleep=2s")
+			}
+		})
+	}
+	var last cliStatus
+	e.eventuallyWithin("swell status -A listing "+busy+" scaled up and "+idle+" at zero", scaleTimeout, func(ctx context.Context) error {
+		st, err := status(ctx)
+		if err != nil {
+			return err
+		}
+		last = st
+		b, ok := st.service(e.ns, busy)
+		if !ok {
+			return fmt.Errorf("no %s/%s among %d services", e.ns, busy, len(st.Services))
+		}
+		i, ok := st.service(e.ns, idle)
+		if !ok {
+			return fmt.Errorf("no %s/%s among %d services", e.ns, idle, len(st.Services))
+		}
+		if b.Desired < 3 || !b.Decided || b.Class == "" || b.Metric != "concurrency" || b.Target <= 0 || b.Reason == "" || b.Route == "" || !b.hasEvent("ScaledUp") {
+			return fmt.Errorf("%s: %+v; want at least 3 desired, its policy, metric, target, route, reason and a ScaledUp event", busy, b)
+		}
+		if i.Desired != 0 || i.Route != "activator" {
+			return fmt.Errorf("%s: %+v; want 0 desired, routed to the activator", idle, i)
+		}
+		return nil
+	})
+	// -A is every namespace: the other tests' services too, whichever run
+	// beside this one; at least this test's two.
+	namespaces := map[string]bool{}
+	for _, v := range last.Services {
+		namespaces[v.Namespace] = true
+	}
+	t.Logf("swell status -A listed %d services in %d namespaces", len(last.Services), len(namespaces))
+
+	// Follow: one JSON document a line, the changed services in each.
+	wctx, stopWatch := context.WithTimeout(t.Context(), scaleTimeout)
+	cmd := exec.CommandContext(wctx, os.Getenv("SWELL_CLI"), "status", "-A", "-w", "-o", "json")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stopWatch()
+		cmd.Wait()
+	}()
+	stopLoad()
+	sc := bufio.NewScanner(pipe)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	docs, peak := 0, 0
+	for sc.Scan() {
+		docs++
+		var st cliStatus
+		if err := json.Unmarshal(sc.Bytes(), &st); err != nil {
+			t.Fatalf("swell status -w -o json line %d: %v\n%s", docs, err, sc.Bytes())
+		}
+		b, ok := st.service(e.ns, busy)
+		if !ok {
+			continue
+		}
+		peak = max(peak, b.Desired)
+		if peak >= 3 && b.Desired == 1 {
+			t.Logf("swell status -w followed %s from %d desired down to 1 in %d documents", busy, peak, docs)
+			stopWatch()
+			return
+		}
+	}
+	t.Fatalf("swell status -A -w -o json ended after %d documents (%v) without showing %s back at 1 desired (peak %d):\n%s", docs, wctx.Err(), busy, peak, errOut.String())
 }

@@ -10,6 +10,9 @@ all: build
 # resident set small (docs/performance.md).
 RELEASE_FLAGS ?= -trimpath -ldflags "-s -w"
 
+## build: every binary into $(BIN), and $(BIN)/kubectl-swell, the swell
+## command line under the name kubectl runs as its plugin (`kubectl swell
+## status`, docs/status.md).
 build:
 	CGO_ENABLED=0 $(GO) build $(RELEASE_FLAGS) -o $(BIN)/ ./cmd/... ./cmd/hello
 	cp $(BIN)/swell $(BIN)/kubectl-swell

@@ -20,8 +20,9 @@ build:
 ## chart: Swell's Helm chart (deploy/chart), linted by the Helm that
 ## hack/helm pins as a Go tool (a module of its own, so that Helm's
 ## dependencies never choose the versions Swell's binaries link), and its
-## tests: it renders deploy/'s objects, its values do what they say, and
-## its schema refuses what it does not know.
+## tests: it renders deploy/'s objects, its values do what they say, its
+## schema refuses what it does not know, and Helm pulls it from a registry
+## as `make push` pushes it.
 HELM = $(GO) -C hack/helm tool helm
 chart:
 	$(HELM) lint --strict $(CURDIR)/deploy/chart

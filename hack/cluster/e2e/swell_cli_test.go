@@ -250,6 +250,28 @@ func TestSwellStatusShowsTheClusterScaling(t *testing.T) {
 	}
 	t.Logf("swell status -A listed %d services in %d namespaces", len(last.Services), len(namespaces))
 
+	// The same binary as kubectl's plugin: kubectl runs kubectl-swell from
+	// PATH for `kubectl swell`.
+	plugins := t.TempDir()
+	if err := os.Symlink(os.Getenv("SWELL_CLI"), filepath.Join(plugins, "kubectl-swell")); err != nil {
+		t.Fatal(err)
+	}
+	plugin := exec.CommandContext(t.Context(), "kubectl", "swell", "status", "-n", e.ns, "-o", "json", busy)
+	plugin.Env = append(os.Environ(), "PATH="+plugins+string(os.PathListSeparator)+os.Getenv("PATH"))
+	var pluginErr bytes.Buffer
+	plugin.Stderr = &pluginErr
+	out, err := plugin.Output()
+	if err != nil {
+		t.Fatalf("kubectl swell status -n %s -o json %s: %v\n%s", e.ns, busy, err, pluginErr.String())
+	}
+	var st cliStatus
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("kubectl swell status printed no status: %v\n%s", err, out)
+	}
+	if len(st.Services) != 1 || st.Services[0].Name != busy || st.Services[0].Namespace != e.ns || st.Services[0].Desired < 1 {
+		t.Errorf("kubectl swell status -n %s %s: %+v, want %s alone", e.ns, busy, st.Services, busy)
+	}
+
 	// Follow: one JSON document a line, the changed services in each.
 	wctx, stopWatch := context.WithTimeout(t.Context(), scaleTimeout)
 	cmd := exec.CommandContext(wctx, os.Getenv("SWELL_CLI"), "status", "-A", "-w", "-o", "json")

@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
@@ -100,13 +101,10 @@ var installSwell = sync.OnceValue(func() error {
 		return err
 	}
 	// The HPA raises the activators to its minimum on its own, at its
-	// next sync; scaled here, they start at once.
-	scale, err := cs.AppsV1().Deployments(swellNamespace).GetScale(ctx, "activator", metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	scale.Spec.Replicas = activators
-	if _, err := cs.AppsV1().Deployments(swellNamespace).UpdateScale(ctx, "activator", scale, metav1.UpdateOptions{}); err != nil {
+	// next sync; scaled here, they start at once. A patch, not an update:
+	// the HPA and the Deployment's controller write the same object.
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, activators)
+	if _, err := cs.AppsV1().Deployments(swellNamespace).Patch(ctx, "activator", types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
 		return fmt.Errorf("scale the activators to %d: %w", activators, err)
 	}
 	var last error

@@ -106,9 +106,12 @@ spec:
 		}
 	}
 
-	e.eventuallyWithin(name+" at zero, the activators in its path", scaleTimeout, func(ctx context.Context) error {
+	e.eventuallyWithin(name+" at zero with no pod left, the activators in its path", scaleTimeout, func(ctx context.Context) error {
 		if n, err := e.replicas(ctx, name); err != nil || n != 0 {
 			return fmt.Errorf("scale %d %v, want 0", n, err)
+		}
+		if err := e.noPods(ctx, name); err != nil {
+			return err
 		}
 		return e.routeIs(ctx, name, "activator")
 	})

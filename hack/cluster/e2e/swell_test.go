@@ -231,6 +231,20 @@ func swellHello(name string, replicas *int32, annotations map[string]string) *ap
 
 func int32p(n int32) *int32 { return &n }
 
+// noPods reports, as an error, when a pod of service is left: one still
+// draining after a scale to zero serves a request the activator sends it,
+// and a test of a start from zero would measure none.
+func (e *env) noPods(ctx context.Context, service string) error {
+	pods, err := e.pods(ctx, service)
+	if err != nil {
+		return err
+	}
+	if len(pods) > 0 {
+		return fmt.Errorf("%d pods left, the first %s (deleting: %v)", len(pods), pods[0].Name, pods[0].DeletionTimestamp != nil)
+	}
+	return nil
+}
+
 // routeIs reports, as an error, when service's route slice does not route
 // to want ("pods" or "activator").
 func (e *env) routeIs(ctx context.Context, service, want string) error {
@@ -563,9 +577,12 @@ func TestSwellScalesFromZeroThroughActivator(t *testing.T) {
 	// activators are in its path ("waiting for the activator before
 	// scaling to zero"): wait for zero and the activators together.
 	var acts []string
-	e.eventually(name+" at zero, Swell's EndpointSlice listing the activators", func(ctx context.Context) error {
+	e.eventually(name+" at zero with no pod left, Swell's EndpointSlice listing the activators", func(ctx context.Context) error {
 		if n, err := e.replicas(ctx, name); err != nil || n != 0 {
 			return fmt.Errorf("scale %d %v, want 0", n, err)
+		}
+		if err := e.noPods(ctx, name); err != nil {
+			return err
 		}
 		s, err := e.routeSlice(ctx, name)
 		if err != nil {
